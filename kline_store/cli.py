@@ -1,0 +1,153 @@
+"""The `kline-store` command: parses arguments, calls the library, prints. No logic lives here.
+
+Every expected error becomes one line on stderr and exit status 1; torch is imported only by the commands
+that need it (tune, bench).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from .errors import KlineStoreError
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    click.echo(f"kline-store: error: {msg}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kline-store")
+def cli() -> None:
+    """Daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches."""
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--out", required=True, type=click.Path(), help="Store directory to create or replace.")
+@click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
+@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name, e.g. 'Px Last=close'.")
+@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
+def ingest(inputs, out, calendar, mapping, strict, wait, quiet) -> None:
+    """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
+    from .ingest import ingest as run
+    rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait)
+    if not quiet:
+        click.echo("\n".join(rep.lines()))
+
+
+@cli.command()
+@click.argument("store")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name.")
+@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("-q", "--quiet", is_flag=True, help="No summary.")
+def append(store, inputs, mapping, strict, dry_run, wait, quiet) -> None:
+    """Add new days and symbols (and revised bars) from INPUTS to STORE."""
+    from .append import append as run
+    rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet)
+    if not quiet:
+        click.echo("\n".join(rep.lines()))
+
+
+@cli.command()
+@click.argument("store")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def info(store, as_json) -> None:
+    """Shape, fields, symbols and date range of STORE."""
+    from .store import open_store
+    with open_store(store, verify=False) as st:
+        d = st.info()
+    if as_json:
+        click.echo(json.dumps(d, ensure_ascii=False, indent=1))
+        return
+    syms = d["symbols"]
+    shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
+    click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
+               f"shape    {d['n_symbols']} symbols x {d['n_dates']} dates x {len(d['fields'])} fields, float32, "
+               f"{d['bytes'] / 2**20:.1f} MiB\n"
+               f"dates    {d['start']} .. {d['end']}\n"
+               f"fields   {' '.join(d['fields'])}\n"
+               f"bars     {d['n_bars']}\n"
+               f"symbols  {shown}")
+
+
+@cli.command()
+@click.argument("store")
+def verify(store) -> None:
+    """Check sizes and checksums of STORE; non-zero exit naming the damaged file."""
+    from .store import verify_store
+    problems = verify_store(store)
+    if problems:
+        for p in problems[:20]:
+            click.echo(f"kline-store: damaged: {p}", err=True)
+        if len(problems) > 20:
+            click.echo(f"kline-store: ... and {len(problems) - 20} more", err=True)
+        sys.exit(1)
+    click.echo(f"{store}: ok")
+
+
+@cli.command()
+@click.argument("store")
+@click.option("-o", "--out", required=True, type=click.Path(), help="Output .parquet or .csv file.")
+def export(store, out) -> None:
+    """Write STORE in long format (symbol, date, fields), one row per bar."""
+    from .export import export as run
+    n = run(store, out)
+    click.echo(f"wrote {n} rows to {out}")
+
+
+@cli.command()
+@click.argument("store")
+def gc(store) -> None:
+    """Delete old data files and versions that no reader uses."""
+    from .store import gc as run
+    removed = run(store)
+    click.echo(f"removed {len(removed)} file(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+def _register_perf_commands() -> None:
+    try:
+        from .cli_perf import bench, tune
+    except ImportError:
+        return
+    cli.add_command(tune)
+    cli.add_command(bench)
+
+
+_register_perf_commands()
+
+
+def main() -> None:
+    """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), 2)
+    except KlineStoreError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as exc:  # an unexpected failure still gets one line; the traceback on request
+        if os.environ.get("KLINE_STORE_DEBUG"):
+            raise
+        _fail(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+              "(set KLINE_STORE_DEBUG=1 for a traceback)")
+
+
+if __name__ == "__main__":
+    main()

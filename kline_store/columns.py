@@ -1,0 +1,104 @@
+"""Column conventions of the common vendors, mapped to canonical names; date formats.
+
+Canonical fields: open high low close volume amount, then any extra numeric column under its normalised
+lower-case name (``Adj Close`` -> ``adj_close``, ``ex-dividend`` -> ``ex_dividend``).
+"""
+
+from __future__ import annotations
+
+import re
+
+from .errors import InputError
+
+PRICE_FIELDS = ("open", "high", "low", "close")
+BASE_FIELDS = ("open", "high", "low", "close", "volume", "amount")
+
+# alias (normalised) -> canonical name. Normalised = lower case, stripped, runs of non-alphanumerics -> "_".
+ALIASES: dict[str, str] = {
+    # dates: generic, tushare, baostock, czsc, zipline pipeline files, akshare (Chinese)
+    "date": "date", "trade_date": "date", "datetime": "date", "dt": "date", "day": "date", "time": "date",
+    "timestamp": "date", "trading_date": "date", "cal_date": "date", "日期": "date", "交易日期": "date",
+    "时间": "date",
+    # symbols: generic, tushare, baostock, Quandl/zipline, akshare
+    "symbol": "symbol", "ts_code": "symbol", "code": "symbol", "ticker": "symbol", "instrument": "symbol",
+    "sec_code": "symbol", "stock_code": "symbol", "股票代码": "symbol", "代码": "symbol", "证券代码": "symbol",
+    # prices and volumes
+    "open": "open", "开盘": "open", "开盘价": "open",
+    "high": "high", "最高": "high", "最高价": "high",
+    "low": "low", "最低": "low", "最低价": "low",
+    "close": "close", "收盘": "close", "收盘价": "close",
+    "volume": "volume", "vol": "volume", "成交量": "volume",
+    "amount": "amount", "money": "amount", "成交额": "amount", "成交金额": "amount",
+    # extras with well-known spellings
+    "adj_close": "adj_close", "adjclose": "adj_close", "adj_factor": "adj_factor", "factor": "adj_factor",
+    "复权因子": "adj_factor",
+    "pre_close": "pre_close", "preclose": "pre_close", "昨收": "pre_close",
+    "change": "change", "涨跌额": "change", "pct_chg": "pct_chg", "pctchg": "pct_chg", "涨跌幅": "pct_chg",
+    "turnover": "turnover", "turn": "turnover", "换手率": "turnover", "振幅": "amplitude",
+    "dividend": "dividend", "dividends": "dividend", "ex_dividend": "ex_dividend",
+    "split": "split", "stock_splits": "split", "split_ratio": "split_ratio",
+}
+
+ACCEPTED = {
+    "date": sorted(k for k, v in ALIASES.items() if v == "date"),
+    "close": sorted(k for k, v in ALIASES.items() if v == "close"),
+}
+
+# Literal cells that mean "missing".
+NULL_VALUES = ["", "null", "NULL", "Null", "NA", "N/A", "n/a", "NaN", "nan", "None", "none", "--", "-"]
+
+# Date formats tried in order on the date part of a cell (a time of day, if any, is dropped first).
+DATE_FORMATS = ("%Y-%m-%d", "%Y%m%d", "%Y/%m/%d", "%m/%d/%Y", "%Y.%m.%d", "%d-%b-%Y", "%b %d, %Y")
+
+
+def normalise(name: str) -> str:
+    """``' Adj Close '`` -> ``'adj_close'``; Chinese names are kept (they are alphanumeric to Python)."""
+    return re.sub(r"[^0-9a-z\u4e00-\u9fff]+", "_", name.strip().lower()).strip("_")
+
+
+def parse_mapping(pairs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
+    """``["Trade Day=date", "px=close"]`` -> ``{"Trade Day": "date", "px": "close"}`` (from ``--map``)."""
+    out: dict[str, str] = {}
+    for p in pairs or ():
+        if "=" not in p:
+            raise InputError(f"--map {p!r}: expected SOURCE=FIELD, e.g. --map 'Trade Day=date'")
+        src, dst = p.split("=", 1)
+        if not src or not dst:
+            raise InputError(f"--map {p!r}: expected SOURCE=FIELD, e.g. --map 'Trade Day=date'")
+        out[src] = normalise(dst) if normalise(dst) else dst
+    return out
+
+
+def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) -> dict[str, str]:
+    """Map a file's column names to canonical names.
+
+    Args:
+        columns: the header as found in the file.
+        user_map: ``--map`` entries (source name -> canonical), which win over the built-in aliases.
+
+    Returns:
+        source column -> canonical name, for every column kept. Two source columns that map to the same
+        canonical name keep the first (e.g. both ``code`` and ``ts_code``).
+    """
+    user_map = user_map or {}
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for col in columns:
+        if col in user_map:
+            dst = user_map[col]
+        else:
+            key = normalise(col)
+            if not key or key.startswith("unnamed") or key == "index":
+                continue  # pandas index columns written by to_csv()
+            dst = ALIASES.get(key, key)
+        if dst in taken:
+            continue
+        taken.add(dst)
+        out[col] = dst
+    return out
+
+
+def describe_missing(kind: str, columns: list[str], source: str) -> str:
+    found = ", ".join(columns) if columns else "(none)"
+    return (f"{source}: no {kind} column; columns found: {found}; accepted {kind} names: "
+            f"{', '.join(ACCEPTED[kind])} (or pass --map COLUMN={kind})")

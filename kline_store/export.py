@@ -1,0 +1,47 @@
+"""Export a store back to long format: one row per existing bar (symbol, date, <fields>)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from .errors import InputError
+from .store import open_store
+
+
+def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFrame:
+    """The store as a long polars frame, sorted by (symbol, date); a bar is a day with any finite field."""
+    st = open_store(path)
+    frames = []
+    with st:
+        panel = st.panel
+        for lo in range(0, st.n_symbols, symbols_per_chunk):
+            block = np.asarray(panel[lo: lo + symbols_per_chunk])
+            present = np.isfinite(block).any(axis=2)
+            s_idx, d_idx = np.nonzero(present)
+            vals = block[s_idx, d_idx, :]
+            cols = {"symbol": np.asarray(st.symbols, dtype=object)[lo + s_idx], "date": st.dates[d_idx]}
+            cols.update({f: vals[:, j] for j, f in enumerate(st.fields)})
+            frames.append(pl.DataFrame(cols, schema_overrides={"symbol": pl.String}))
+    if not frames:
+        return pl.DataFrame(schema={"symbol": pl.String, "date": pl.Date})
+    return pl.concat(frames)
+
+
+def export(path: str | os.PathLike, out: str | os.PathLike) -> int:
+    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv); returns the number of rows."""
+    out = Path(out)
+    df = to_frame(path)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    suffix = out.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        df.write_parquet(tmp)
+    elif suffix == ".csv":
+        df.write_csv(tmp)
+    else:
+        raise InputError(f"{out}: unknown export format (use .parquet or .csv)")
+    os.replace(tmp, out)
+    return df.height

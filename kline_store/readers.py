@@ -1,0 +1,279 @@
+"""Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into a normalised polars frame.
+
+Output columns: ``symbol`` (str), ``date`` (pl.Date), ``_row`` (0-based data row, for messages), and one
+Float64 column per canonical field. Numeric cells are parsed by polars' CSV reader (fast path); only when that
+fails do we re-read as text to name the exact line, column and value.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import io
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from . import columns as C
+from .errors import InputError
+
+CSV_SUFFIXES = (".csv", ".txt", ".tsv", ".csv.gz")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
+    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
+    if not inputs:
+        raise InputError("no input given")
+    files: list[Path] = []
+    for item in inputs:
+        s = str(item)
+        p = Path(s)
+        if p.is_dir():
+            found = sorted(f for f in p.rglob("*") if f.is_file() and _is_data_file(f))
+            if not found:
+                raise InputError(f"{p}: folder holds no .csv or .parquet file")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        elif any(ch in s for ch in "*?["):
+            found = sorted(Path(f) for f in _glob.glob(s, recursive=True) if Path(f).is_file())
+            if not found:
+                raise InputError(f"{s}: pattern matches no file")
+            files.extend(found)
+        else:
+            raise InputError(f"{s}: no such file or folder")
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            out.append(f)
+    return out
+
+
+def _is_data_file(p: Path) -> bool:
+    name = p.name.lower()
+    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
+
+
+def is_parquet(p: Path) -> bool:
+    return p.name.lower().endswith(PARQUET_SUFFIXES)
+
+
+@dataclass
+class Source:
+    """What is known about one input file before its rows are read."""
+
+    path: Path
+    columns: list[str]          # header as in the file
+    mapping: dict[str, str]     # source column -> canonical name
+    data: bytes | None          # re-encoded UTF-8 bytes for non-UTF-8 CSVs, else None (read from path)
+    encoding: str
+    separator: str = ","
+    dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
+
+    @property
+    def symbol_column(self) -> str | None:
+        return next((s for s, d in self.mapping.items() if d == "symbol"), None)
+
+    @property
+    def date_column(self) -> str:
+        return next(s for s, d in self.mapping.items() if d == "date")
+
+    @property
+    def value_columns(self) -> dict[str, str]:
+        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date")}
+
+
+def _detect_encoding(path: Path) -> tuple[str, bytes | None]:
+    """UTF-8 if the file decodes as such, else GB18030 (a superset of GBK); returns re-encoded bytes then."""
+    with open(path, "rb") as fh:
+        head = fh.read(1 << 16)
+    if head.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig", None
+    try:
+        # Cut at the last newline so a multi-byte character split by the read does not count as invalid.
+        head.rsplit(b"\n", 1)[0].decode("utf-8") if len(head) == 1 << 16 else head.decode("utf-8")
+        return "utf-8", None
+    except UnicodeDecodeError:
+        pass
+    raw = path.read_bytes()
+    try:
+        return "gb18030", raw.decode("gb18030").encode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: neither UTF-8 nor GBK/GB18030 text (byte {exc.start})") from None
+
+
+def _sniff_separator(first_line: str) -> str:
+    counts = {sep: first_line.count(sep) for sep in (",", "\t", ";", "|")}
+    return max(counts, key=counts.get) if max(counts.values()) else ","
+
+
+def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source:
+    """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
+    try:
+        if is_parquet(path):
+            cols = list(pl.read_parquet_schema(path).keys())
+            enc, data, sep = "parquet", None, ","
+        else:
+            if os.path.getsize(path) == 0:
+                raise InputError(f"{path}: file is empty")
+            enc, data = _detect_encoding(path)
+            text = data[:4096].decode("utf-8", "replace") if data is not None else \
+                open(path, "rb").read(4096).decode("utf-8", "replace")
+            first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
+            if not first.strip():
+                raise InputError(f"{path}: file is empty")
+            sep = _sniff_separator(first)
+            cols = [c.strip().strip('"') for c in first.split(sep)]
+    except InputError:
+        raise
+    except Exception as exc:  # unreadable parquet footer, permission denied, ...
+        raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
+    mapping = C.resolve_columns(cols, user_map)
+    canon = set(mapping.values())
+    src = Source(path, cols, mapping, data, enc, sep)
+    dropped = _text_extras(src, set(user_map or {}))
+    for col in dropped:
+        del mapping[col]
+    src.dropped = dropped
+    if "date" not in canon:
+        raise InputError(C.describe_missing("date", cols, str(path)))
+    if "close" not in canon:
+        raise InputError(C.describe_missing("close", cols, str(path)))
+    return src
+
+
+def _text_extras(src: Source, forced: set[str]) -> list[str]:
+    """Extra columns whose first rows hold no number at all: text such as names; they are not fields.
+
+    Canonical fields and columns named in --map are never dropped: a bad value there is an error.
+    """
+    extras = [s for s, d in src.mapping.items()
+              if d not in ("symbol", "date") and d not in C.BASE_FIELDS and s not in forced]
+    if not extras:
+        return []
+    try:
+        head = _scan(src, text_only=True).select(extras).head(1000).collect()
+    except pl.exceptions.PolarsError:
+        return []
+    out = []
+    for s in extras:
+        col = head[s].cast(pl.String).str.strip_chars()
+        if col.null_count() < col.len() and col.cast(pl.Float64, strict=False).null_count() == col.len():
+            out.append(s)
+    return out
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300]
+
+
+def _scan(src: Source, text_only: bool) -> pl.LazyFrame:
+    """Lazy frame of the source's kept columns; numeric columns as Float64 unless ``text_only``."""
+    if is_parquet(src.path):
+        lf = pl.scan_parquet(src.path)
+    else:
+        overrides: dict[str, pl.DataType] = {c: pl.String for c in src.columns}
+        if not text_only:
+            for s in src.value_columns:
+                overrides[s] = pl.Float64
+        source = io.BytesIO(src.data) if src.data is not None else src.path
+        lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
+                         null_values=C.NULL_VALUES, truncate_ragged_lines=True)
+    return lf.with_row_index("_row")
+
+
+def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
+    out = []
+    for s, d in src.value_columns.items():
+        e = pl.col(s)
+        if text_only:
+            e = e.str.strip_chars()
+        out.append(e.cast(pl.Float64, strict=False).alias(d) if text_only else e.cast(pl.Float64).alias(d))
+    return out
+
+
+def read_source(src: Source, default_symbol: str | None = None) -> pl.DataFrame:
+    """All rows of one file, normalised (see module docstring). Raises InputError naming file/line/value."""
+    symbol = default_symbol or src.path.name.split(".csv")[0].split(".parquet")[0]
+    sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
+                if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
+    date_raw = pl.col(src.date_column).alias("_date_raw")
+    try:
+        df = _scan(src, text_only=False).select(
+            pl.col("_row"), sym_expr, date_raw, *_float_exprs(src, text_only=False)
+        ).collect()
+    except pl.exceptions.PolarsError:
+        df = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
+        df = df.select(pl.col("_row"), sym_expr, date_raw, *_float_exprs(src, text_only=True))
+    except OSError as exc:
+        raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
+    if df.height == 0:
+        raise InputError(f"{src.path}: no data rows")
+    if src.symbol_column and df["symbol"].null_count():
+        i = df["symbol"].is_null().arg_max()
+        raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: empty symbol in column "
+                         f"{src.symbol_column!r}")
+    return df.with_columns(parse_dates(df["_date_raw"], src)).drop("_date_raw")
+
+
+def _line(src: Source, row: int) -> str:
+    return str(int(row) + 2) if not is_parquet(src.path) else f"row {int(row) + 1}"
+
+
+def _explain_bad_value(src: Source) -> pl.DataFrame:
+    """Re-read as text; raise InputError at the first non-numeric cell, else return the text frame."""
+    try:
+        df = _scan(src, text_only=True).collect()
+    except pl.exceptions.PolarsError as exc:
+        raise InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
+    for s, d in src.value_columns.items():
+        col = df[s]
+        if col.dtype == pl.String:
+            parsed = col.str.strip_chars().cast(pl.Float64, strict=False)
+            bad = parsed.is_null() & col.is_not_null()
+            if bad.any():
+                i = bad.arg_max()
+                raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: column {s!r}: "
+                                 f"non-numeric value {col[i]!r}")
+    return df
+
+
+def parse_dates(raw: pl.Series, src: Source) -> pl.Series:
+    """Dates in any accepted form -> pl.Date. YYYYMMDD integers, ISO, with a time of day, M/D/YYYY, ..."""
+    name = src.date_column
+    dt = raw.dtype
+    if dt == pl.Date:
+        out = raw
+    elif dt.is_temporal():
+        out = raw.cast(pl.Datetime).dt.date() if dt != pl.Date else raw
+    else:
+        if dt.is_integer() or dt.is_float():
+            text = raw.cast(pl.Int64, strict=False).cast(pl.String)
+        else:
+            # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
+            text = raw.cast(pl.String).str.strip_chars().str.extract(r"^([^\sT]+)", 1)
+        sample = text.drop_nulls().head(1000)
+        if sample.len() == 0:
+            raise InputError(f"{src.path}: date column {name!r} is empty")
+        fmt = next((f for f in C.DATE_FORMATS
+                    if sample.str.to_date(f, strict=False).null_count() == 0), None)
+        if fmt is None:
+            bad = next(v for v in sample if v is not None)
+            i = (text == bad).arg_max()
+            raise InputError(f"{src.path}: line {_line(src, i)}: unparseable date {raw[i]!r} in column "
+                             f"{name!r} (accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD)")
+        out = text.str.to_date(fmt, strict=False)
+        bad = out.is_null() & raw.is_not_null()
+        if bad.any():
+            i = bad.arg_max()
+            raise InputError(f"{src.path}: line {_line(src, i)}: unparseable date {raw[i]!r} in column "
+                             f"{name!r} (expected format {fmt})")
+    if out.null_count():
+        i = out.is_null().arg_max()
+        raise InputError(f"{src.path}: line {_line(src, i)}: missing date in column {name!r}")
+    return out.alias("date")

@@ -1,0 +1,345 @@
+"""Open a store as a read-only snapshot; write a new generation; verify.
+
+Layout and guarantees are described in docs/DESIGN.md. In short: one float32 file per generation, shaped
+[rows, date_capacity, n_fields] (symbol-major, fields innermost), plus a manifest that says how much of it a
+version sees. Committed bytes are never modified, so an open Store is a stable snapshot.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from . import lock, manifest as mf
+from .errors import InputError, StoreError
+
+STAGING = ".staging"
+# Full checksum on open for stores up to this many logical bytes ("auto"); larger ones check sizes only.
+AUTO_VERIFY_BYTES = 1 << 30
+
+
+def _dates_to_iso(dates: np.ndarray) -> list[str]:
+    return np.datetime_as_string(dates.astype("datetime64[D]"), unit="D").tolist()
+
+
+class Store:
+    """A read-only snapshot of one store version. Create with :func:`open_store`."""
+
+    def __init__(self, path: Path, m: dict) -> None:
+        self.path = path
+        self.manifest = m
+        self.version: int = m["version"]
+        self.symbols: list[str] = list(m["symbols"])
+        self.fields: list[str] = list(m["fields"])
+        self.dates: np.ndarray = np.array(m["calendar"], dtype="datetime64[D]")
+        shape = m["shape"]
+        self.n_symbols, self.n_dates, self.n_fields = shape["n_symbols"], shape["n_dates"], shape["n_fields"]
+        self.date_capacity: int = shape["date_capacity"]
+        self.row_stride = self.date_capacity * self.n_fields
+        self.first_bar = np.asarray(m["first_bar"], dtype=np.int64)
+        self.last_bar = np.asarray(m["last_bar"], dtype=np.int64)
+        self.data_file = path / m["data"]["file"]
+        self._fd: int | None = None
+        self._raw: np.ndarray | None = None
+        self._open_data()
+
+    def _open_data(self) -> None:
+        rows = self.manifest["data"]["rows"]
+        need = rows * self.row_stride * 4
+        try:
+            fd = os.open(self.data_file, os.O_RDONLY)
+        except FileNotFoundError:
+            raise StoreError(f"{self.data_file}: data file is missing") from None
+        size = os.fstat(fd).st_size
+        if size < need:
+            os.close(fd)
+            raise StoreError(f"{self.data_file}: data file is truncated ({size} bytes, manifest needs {need})")
+        lock.pin_shared(fd)
+        self._fd = fd
+        if rows == 0 or need == 0:
+            self._raw = np.zeros((0, max(self.date_capacity, 1), max(self.n_fields, 1)), dtype=np.float32)
+        else:
+            self._raw = np.memmap(self.data_file, dtype=np.float32, mode="r",
+                                  shape=(rows, self.date_capacity, self.n_fields))
+
+    @property
+    def panel(self) -> np.ndarray:
+        """Read-only [n_symbols, n_dates, n_fields] float32 view of the memmap; NaN where there is no bar."""
+        v = self._raw[: self.n_symbols, : self.n_dates, : self.n_fields].view(np.ndarray)
+        v.flags.writeable = False
+        return v
+
+    def array(self, field: str) -> np.ndarray:
+        """Read-only [n_symbols, n_dates] float32 view of one field."""
+        return self.panel[:, :, self.field_index(field)]
+
+    def field_index(self, field: str) -> int:
+        try:
+            return self.fields.index(field)
+        except ValueError:
+            raise InputError(f"{self.path}: no field {field!r}; fields are {', '.join(self.fields)}") from None
+
+    def symbol_index(self, symbol: str) -> int:
+        try:
+            return self.symbols.index(symbol)
+        except ValueError:
+            raise InputError(f"{self.path}: no symbol {symbol!r}") from None
+
+    @property
+    def logical_bytes(self) -> int:
+        return self.n_symbols * self.n_dates * self.n_fields * 4
+
+    def check_checksums(self) -> list[str]:
+        """Recompute the row CRCs; return one message per damaged symbol row (empty when intact)."""
+        want = np.asarray(self.manifest["data"]["row_crc32"], dtype=np.uint32)
+        problems = []
+        if mf.file_checksum(want) != self.manifest["data"]["checksum"]:
+            problems.append(f"{mf.MANIFEST}: data checksum list does not match its file checksum")
+        panel = self._raw
+        for i in range(self.n_symbols):
+            got = zlib.crc32(np.ascontiguousarray(panel[i, : self.n_dates]).data) if self.n_dates else 0
+            if got != int(want[i]):
+                problems.append(f"{self.data_file.name}: checksum mismatch in row {i} (symbol {self.symbols[i]})")
+        return problems
+
+    def info(self) -> dict:
+        """Summary as plain JSON types (what `kline-store info --json` prints)."""
+        m = self.manifest
+        return {
+            "path": str(self.path), "version": self.version, "symbols": self.symbols, "fields": self.fields,
+            "start": str(self.dates[0]) if self.n_dates else None,
+            "end": str(self.dates[-1]) if self.n_dates else None,
+            "n_dates": self.n_dates, "n_symbols": self.n_symbols,
+            "n_bars": m.get("n_bars"), "shape": [self.n_symbols, self.n_dates, self.n_fields],
+            "dtype": "float32", "data_file": self.data_file.name, "bytes": self.logical_bytes,
+            "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
+        }
+
+    def close(self) -> None:
+        self._raw = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        span = f"{self.dates[0]}..{self.dates[-1]}" if self.n_dates else "empty"
+        return (f"Store({str(self.path)!r}, v{self.version}, {self.n_symbols} symbols x {self.n_dates} dates "
+                f"[{span}] x {self.fields})")
+
+
+def open_store(path: str | os.PathLike, version: int | None = None, verify: bool | str = "auto") -> Store:
+    """Open a store read-only.
+
+    Args:
+        path: the store directory.
+        version: None for the current version, or the number of an earlier snapshot still on disk.
+        verify: True recomputes every checksum; False checks sizes and the manifest only; "auto" checksums
+            stores up to 1 GiB.
+
+    Raises:
+        StoreError: missing store, damaged manifest, missing/truncated data file, checksum mismatch.
+    """
+    p = Path(path)
+    m = mf.read_manifest(p, version)
+    st = Store(p, m)
+    if verify is True or (verify == "auto" and st.logical_bytes <= AUTO_VERIFY_BYTES):
+        problems = st.check_checksums()
+        if problems:
+            st.close()
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise StoreError(f"{st.data_file}: store is damaged: {problems[0]}{more}; run `kline-store verify`")
+    return st
+
+
+def verify_store(path: str | os.PathLike) -> list[str]:
+    """All problems found in a store (empty list when it is intact). Never raises for damage."""
+    try:
+        st = open_store(path, verify=False)
+    except StoreError as exc:
+        return [str(exc)]
+    with st:
+        problems = st.check_checksums()
+        size = os.path.getsize(st.data_file)
+        if size != st.manifest["data"]["size"] and size < st.manifest["data"]["size"]:
+            problems.append(f"{st.data_file.name}: size {size} differs from manifest {st.manifest['data']['size']}")
+    return problems
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def staging_dir(store_dir: Path) -> Path:
+    d = store_dir / STAGING
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def clean_staging(store_dir: Path) -> None:
+    """Remove what a killed writer left behind. Call with the writer lock held."""
+    shutil.rmtree(store_dir / STAGING, ignore_errors=True)
+
+
+def default_capacity(n_dates: int) -> int:
+    """Room for ~10 years of daily appends (or doubling, for long histories) before a rewrite."""
+    return n_dates + max(2520, n_dates)
+
+
+@dataclass
+class NewGeneration:
+    """A data file being written in staging; ``panel`` is its writable [rows, capacity, fields] memmap."""
+
+    path: Path
+    generation: int
+    panel: np.ndarray
+    n_dates: int
+
+    def logical(self) -> np.ndarray:
+        return self.panel[:, : self.n_dates, :]
+
+
+def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: int, n_fields: int,
+                     capacity: int | None = None) -> NewGeneration:
+    """Create a sparse data file in staging and map it; the logical region starts as NaN."""
+    cap = capacity or default_capacity(n_dates)
+    path = staging_dir(store_dir) / mf.data_file_name(generation)
+    size = n_symbols * cap * n_fields * 4
+    with open(path, "wb") as fh:
+        fh.truncate(size)
+    if size == 0:
+        arr = np.zeros((n_symbols, cap, n_fields), dtype=np.float32)
+    else:
+        arr = np.memmap(path, dtype=np.float32, mode="r+", shape=(n_symbols, cap, n_fields))
+        arr[:, :n_dates, :] = np.nan
+    return NewGeneration(path, generation, arr, n_dates)
+
+
+def finish_generation(store_dir: Path, gen: NewGeneration) -> dict:
+    """Flush, checksum and move the data file into the store; returns the manifest's ``data`` entry."""
+    crcs = mf.row_crcs(gen.logical())
+    if isinstance(gen.panel, np.memmap):
+        gen.panel.flush()
+    with open(gen.path, "rb+") as fh:
+        os.fsync(fh.fileno())
+    final = store_dir / gen.path.name
+    os.replace(gen.path, final)
+    mf.fsync_dir(store_dir)
+    return {"file": final.name, "generation": gen.generation, "rows": int(gen.panel.shape[0]),
+            "size": int(gen.panel.size * 4), "row_crc32": crcs.tolist(), "checksum": mf.file_checksum(crcs)}
+
+
+def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: np.ndarray, fields: Sequence[str],
+                   capacity: int, first_bar: np.ndarray, last_bar: np.ndarray, n_bars: int,
+                   sources: Iterable[dict] = (), created_at: str | None = None, extra: dict | None = None) -> dict:
+    dates_iso = _dates_to_iso(dates)
+    m = {
+        "format": mf.FORMAT, "format_version": mf.FORMAT_VERSION, "version": version,
+        "created_at": created_at or mf.now_iso(), "updated_at": mf.now_iso(),
+        "dtype": "float32", "layout": "[symbol, date, field] symbol-major, fields innermost, row stride "
+                                       "date_capacity*n_fields",
+        "shape": {"n_symbols": len(symbols), "n_dates": len(dates), "n_fields": len(fields),
+                  "date_capacity": capacity},
+        "fields": list(fields), "symbols": list(symbols), "calendar": dates_iso,
+        "first_bar": [int(x) for x in first_bar], "last_bar": [int(x) for x in last_bar],
+        "first_date": [dates_iso[i] if i >= 0 else None for i in first_bar],
+        "last_date": [dates_iso[i] if i >= 0 else None for i in last_bar],
+        "n_bars": int(n_bars), "data": data, "sources": list(sources),
+    }
+    if extra:
+        m.update(extra)
+    return m
+
+
+def bar_extent(present: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """First and last calendar index with a bar per symbol (-1 when none), from a [n_sym, n_dates] mask."""
+    n = present.shape[1]
+    has = present.any(axis=1)
+    first = np.where(has, present.argmax(axis=1), -1)
+    last = np.where(has, n - 1 - present[:, ::-1].argmax(axis=1), -1)
+    return first.astype(np.int64), last.astype(np.int64)
+
+
+def current_state(store_dir: Path) -> tuple[int, int, str | None]:
+    """(last version, last generation, created_at) of an existing store, or zeros when there is none."""
+    try:
+        m = mf.read_manifest(store_dir)
+    except StoreError:
+        return 0, 0, None
+    return m["version"], m["data"]["generation"], m.get("created_at")
+
+
+def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[str], dates: np.ndarray,
+                 fields: Sequence[str], *, sources: Iterable[dict] = (), extra: dict | None = None,
+                 capacity: int | None = None, wait: float = 0.0) -> Path:
+    """Write a whole store from an in-memory panel [n_sym, n_dates, n_fields] (tests, small data, Python users).
+
+    An existing store at ``path`` is replaced atomically (new generation, manifest swap); gc removes its old
+    data file once no reader uses it.
+    """
+    store_dir = Path(path)
+    panel = np.asarray(panel, dtype=np.float32)
+    dates = np.asarray(dates, dtype="datetime64[D]")
+    if panel.shape != (len(symbols), len(dates), len(fields)):
+        raise InputError(f"panel shape {panel.shape} does not match {len(symbols)} symbols x {len(dates)} dates"
+                         f" x {len(fields)} fields")
+    with lock.WriterLock(store_dir, wait=wait):
+        clean_staging(store_dir)
+        version, generation, _ = current_state(store_dir)
+        gen = start_generation(store_dir, generation + 1, len(symbols), len(dates), len(fields), capacity)
+        gen.logical()[...] = panel
+        present = np.isfinite(panel).any(axis=2) if panel.size else np.zeros(panel.shape[:2], bool)
+        first, last = bar_extent(present)
+        data = finish_generation(store_dir, gen)
+        m = build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
+                           capacity=gen.panel.shape[1], first_bar=first, last_bar=last,
+                           n_bars=int(present.sum()), sources=sources, extra=extra)
+        mf.commit(store_dir, m)
+        clean_staging(store_dir)
+    gc(store_dir)
+    return store_dir
+
+
+def gc(path: str | os.PathLike) -> list[str]:
+    """Delete data files and version manifests that the current version does not use and no reader pins.
+
+    Returns the names removed. Safe to run at any time; it takes the writer lock (and gives up if busy).
+    """
+    store_dir = Path(path)
+    removed: list[str] = []
+    try:
+        with lock.WriterLock(store_dir, wait=0):
+            m = mf.read_manifest(store_dir)
+            keep = m["data"]["file"]
+            for f in sorted(store_dir.glob("data-g*.f32")):
+                if f.name != keep and lock.unused(f):
+                    f.unlink()
+                    removed.append(f.name)
+            vdir = store_dir / mf.VERSIONS_DIR
+            for v in sorted(vdir.glob("v*.json")) if vdir.exists() else []:
+                try:
+                    vm = mf.read_manifest(store_dir, int(v.stem[1:]))
+                except (StoreError, ValueError):
+                    continue
+                if not (store_dir / vm["data"]["file"]).exists():
+                    v.unlink()
+                    removed.append(f"{mf.VERSIONS_DIR}/{v.name}")
+    except StoreError:
+        return removed
+    return removed

@@ -1,0 +1,81 @@
+"""Checks on normalised bars: hard errors (duplicates) and the data-quality warnings of daily OHLCV bars."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import polars as pl
+
+from .errors import InputError
+
+MAX_EXAMPLES = 3
+
+
+@dataclass
+class Problem:
+    """One kind of data-quality problem: how many bars, and the first few as readable strings."""
+
+    kind: str
+    description: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        ex = "; ".join(self.examples)
+        return f"{self.kind}: {self.count} bar(s) {self.description} (first: {ex})"
+
+
+# kind -> (description, predicate over the frame's columns, columns needed)
+CHECKS: dict[str, tuple[str, callable, tuple[str, ...]]] = {
+    "high_below_low": ("with high < low", lambda: pl.col("high") < pl.col("low"), ("high", "low")),
+    "close_outside_range": ("with close outside [low, high]",
+                            lambda: (pl.col("close") < pl.col("low")) | (pl.col("close") > pl.col("high")),
+                            ("close", "low", "high")),
+    "open_outside_range": ("with open outside [low, high]",
+                           lambda: (pl.col("open") < pl.col("low")) | (pl.col("open") > pl.col("high")),
+                           ("open", "low", "high")),
+    "non_positive_price": ("with a price <= 0", None, ()),
+    "zero_volume": ("with zero volume", lambda: pl.col("volume") == 0, ("volume",)),
+}
+
+
+def describe_row(df: pl.DataFrame, i: int, files: list[str], parquet: list[bool]) -> str:
+    r = df.row(i, named=True)
+    where = f"row {r['_row'] + 1}" if parquet[r["_file"]] else f"line {r['_row'] + 2}"
+    return f"{r['symbol']} {r['date']} ({files[r['_file']]} {where})"
+
+
+def check_duplicates(df: pl.DataFrame, files: list[str], parquet: list[bool]) -> None:
+    """Raise InputError naming the first duplicated (symbol, date) bar and the files it comes from."""
+    dup = df.select(pl.struct("symbol", "date").is_duplicated().alias("d"))["d"]
+    n = int(dup.sum())
+    if not n:
+        return
+    first = df.filter(dup).head(1).row(0, named=True)
+    rows = df.filter((pl.col("symbol") == first["symbol"]) & (pl.col("date") == first["date"]))
+    where = ", ".join(describe_row(rows, i, files, parquet).split(" (", 1)[1].rstrip(")")
+                      for i in range(min(rows.height, 4)))
+    raise InputError(f"duplicate bar: symbol {first['symbol']} date {first['date']} appears {rows.height} times "
+                     f"({where}); {n} duplicated rows in all")
+
+
+def quality_problems(df: pl.DataFrame, files: list[str], parquet: list[bool]) -> list[Problem]:
+    """Count each warning kind over the bars; keep the first examples. Vectorised, one pass per kind."""
+    cols = set(df.columns)
+    out: list[Problem] = []
+    for kind, (desc, pred, need) in CHECKS.items():
+        if kind == "non_positive_price":
+            prices = [c for c in ("open", "high", "low", "close") if c in cols]
+            if not prices:
+                continue
+            expr = pl.any_horizontal([pl.col(c) <= 0 for c in prices])
+        else:
+            if not set(need) <= cols:
+                continue
+            expr = pred()
+        mask = df.select(expr.fill_null(False).alias("m"))["m"]
+        n = int(mask.sum())
+        if n:
+            idx = mask.arg_true().head(MAX_EXAMPLES).to_list()
+            out.append(Problem(kind, desc, n, [describe_row(df, i, files, parquet) for i in idx]))
+    return out

@@ -1,0 +1,162 @@
+"""Tuner: the search policy as a pure function over throughputs, config storage, and one real search."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from kline_store import tune as tn
+from kline_store.errors import InputError
+
+
+def run_policy(speed, *, cores: int, cuda: bool):
+    """Drive next_trial with a fake throughput function; return the trials (no timing involved)."""
+    trials: list[tn.Trial] = []
+    while (p := tn.next_trial(trials, cores=cores, cuda=cuda)) is not None:
+        stage, cfg = p
+        trials.append(tn.Trial(stage, cfg, speed(cfg)))
+        assert len(trials) < 50
+    return trials
+
+
+def test_worker_ladder():
+    assert tn.worker_ladder(1) == [0, 1]
+    assert tn.worker_ladder(2) == [0, 1, 2]
+    assert tn.worker_ladder(6) == [0, 1, 2, 4, 6]
+    assert tn.worker_ladder(8) == [0, 1, 2, 4, 8]
+
+
+def test_ladder_stops_at_first_step_below_threshold():
+    # processes: 0 -> 100, 1 -> 180, 2 -> 185 (+2.8 %: stop), 4 would be 400 but is never tried
+    table = {0: 100.0, 1: 180.0, 2: 185.0, 4: 400.0, 8: 900.0, 16: 1.0}
+
+    def speed(cfg):
+        if cfg["backend"] == "processes":
+            return table[cfg["num_workers"]]
+        return 50.0 * cfg["num_workers"]
+
+    trials = run_policy(speed, cores=16, cuda=False)
+    workers = [t.config["num_workers"] for t in trials if t.stage == "workers"]
+    assert workers == [0, 1, 2]
+    threads = [t.config["num_workers"] for t in trials if t.stage == "threads"]
+    assert threads == [1, 2, 4, 8, 16]  # 50, 100, 200, 400, 800: each step > 5 %
+    best = tn.recommend(trials)
+    assert best.config["backend"] == "threads" and best.config["num_workers"] == 16
+    assert {t.stage for t in trials} == {"workers", "threads", "prefetch"}  # no CUDA: no pinned stage
+
+
+def test_prefetch_and_pinned_stages_and_tie_break():
+    def speed(cfg):
+        base = {0: 100.0, 1: 200.0, 2: 300.0}[cfg["num_workers"]]
+        if cfg["backend"] == "threads":
+            base *= 1.02  # within noise of processes: the cheaper backend (threads) wins the tie
+        base *= {2: 1.0, 4: 1.3, 8: 1.31}[cfg["prefetch"]]  # 8 is within 5 % of 4: 4 is chosen
+        return base * (1.2 if cfg["pin_memory"] else 1.0)
+
+    trials = run_policy(speed, cores=2, cuda=True)
+    stages = [t.stage for t in trials]
+    assert stages == ["workers"] * 3 + ["threads"] * 2 + ["prefetch"] * 2 + ["pinned"]
+    assert trials[0].config["pin_memory"] is True  # with CUDA the ladders start pinned
+    assert trials[-1].config["pin_memory"] is False
+    best = tn.recommend(trials).config
+    assert best == {"backend": "threads", "num_workers": 2, "prefetch": 4, "pin_memory": True}
+    # every proposal is distinct: nothing measured twice
+    assert len({json.dumps(t.config, sort_keys=True) for t in trials}) == len(trials)
+
+
+def test_flat_throughput_prefers_zero_workers():
+    trials = run_policy(lambda cfg: 1000.0, cores=4, cuda=False)
+    assert [t.stage for t in trials] == ["workers", "workers", "threads", "threads"]  # no prefetch at 0 workers
+    assert tn.recommend(trials).config["num_workers"] == 0
+
+
+def test_recommend_rejects_empty():
+    with pytest.raises(InputError):
+        tn.recommend([])
+
+
+def test_config_validation_and_resolution(tmp_path):
+    assert tn.normalize_config({}) == tn.DEFAULT_CONFIG
+    for bad in ({"backend": "gpu"}, {"num_workers": -1}, {"prefetch": 0}, {"workerz": 1}):
+        with pytest.raises(InputError):
+            tn.normalize_config(bad)
+    store = tmp_path / "st"
+    store.mkdir()
+    assert tn.load_config(store, 64, 256, "cpu") is None
+    assert tn.resolve_config("auto", store, 64, 256, "cpu") == tn.DEFAULT_CONFIG
+    cfg = {"backend": "processes", "num_workers": 2, "prefetch": 4, "pin_memory": False}
+    path = tn.save_config(store, 64, 256, "cpu", cfg, [{"x": 1}])
+    assert path == store / "tune.json"
+    tn.save_config(store, 32, 256, "cuda:0", {**cfg, "num_workers": 1})  # other key kept beside
+    assert tn.load_config(store, 64, 256, "cpu") == cfg
+    assert tn.load_config(store, 32, 256, "cuda")["num_workers"] == 1
+    assert tn.load_config(store, 64, 128, "cpu") is None
+    assert tn.resolve_config("auto", store, 64, 256, "cpu") == cfg
+    assert tn.resolve_config(str(path), store, 64, 256, "cpu") == cfg
+    plain = tmp_path / "cfg.json"
+    plain.write_text(json.dumps({"num_workers": 3}))
+    assert tn.resolve_config(plain, store, 1, 1, "cpu")["num_workers"] == 3
+    with pytest.raises(InputError):
+        tn.resolve_config(tmp_path / "missing.json", store, 64, 256, "cpu")
+    with pytest.raises(InputError):
+        tn.resolve_config(str(path), store, 7, 7, "cpu")  # keyed file without this key
+    key = tn.config_key(64, 256, "cpu")
+    assert key == f"window=64,batch_size=256,device=cpu,cpus={os.cpu_count()}"
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only directories")
+def test_read_only_store_falls_back_to_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = tmp_path / "ro"
+    store.mkdir()
+    store.chmod(0o555)
+    try:
+        path = tn.save_config(store, 64, 256, "cpu", {"num_workers": 1})
+    finally:
+        store.chmod(0o755)
+    assert str(path).startswith(str(tmp_path / "home" / ".cache" / "kline-store"))
+    assert tn.load_config(store, 64, 256, "cpu")["num_workers"] == 1
+
+
+def test_user_cache_fallback_when_store_file_unwritable(tmp_path, monkeypatch):
+    # Works as root too: make tune.json a directory, so writing the store's file fails.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = tmp_path / "st"
+    (store / "tune.json").mkdir(parents=True)
+    path = tn.save_config(store, 64, 256, "cpu", {"num_workers": 1})
+    assert path.parent == tmp_path / "home" / ".cache" / "kline-store"
+    assert tn.load_config(store, 64, 256, "cpu")["num_workers"] == 1
+
+
+def test_tune_driver_with_injected_measure(tmp_path):
+    store = tmp_path / "st"
+    store.mkdir()
+    seen = []
+    res = tn.tune(store, 16, 32, cores=2, measure=lambda c: 10.0 + c["num_workers"], progress=seen.append)
+    assert len(seen) == len(res.trials) and res.saved_to == store / "tune.json"
+    assert tn.load_config(store, 16, 32, "cpu") == res.best.config
+    d = res.as_dict()
+    assert d["recommended"] == res.best.config and sum(r["chosen"] for r in d["trials"]) == 1
+    with pytest.raises(InputError):
+        tn.tune(store, 0, 32, measure=lambda c: 1.0)
+
+
+def test_measure_throughput_counts_samples_with_fake_clock():
+    t = [0.0]
+
+    def clock():
+        return t[0]
+
+    def make():
+        def gen():
+            for _ in range(20):
+                t[0] += 0.5
+                yield np.zeros((4, 2))
+        return gen()
+
+    # 3 warm-up batches (clock starts at t=1.5), then 4 samples per 0.5 s until 2 s have passed
+    assert tn.measure_throughput(make, seconds=2.0, clock=clock) == pytest.approx(8.0)
+    assert tn.measure_throughput(lambda: iter([]), seconds=1.0, clock=clock) == 0.0
