@@ -9,19 +9,8 @@ tushare ships it (``adj_factor``); Yahoo's ``Adj Close / Close`` equals it up to
 from __future__ import annotations
 
 import numpy as np
-import polars as pl
 
 EVENT_COLUMNS = (("split", "dividend"), ("split_ratio", "ex_dividend"))
-
-
-def row_factor_expr(columns: list[str]) -> pl.Expr | None:
-    """A per-row factor when the row carries one (tushare adj_factor, Yahoo adj_close); else None."""
-    if "adj_factor" in columns:
-        return None  # already there
-    if "adj_close" in columns and "close" in columns:
-        return pl.when(pl.col("close") > 0).then(pl.col("adj_close") / pl.col("close")).otherwise(None) \
-            .alias("adj_factor")
-    return None
 
 
 def event_columns(fields: list[str]) -> tuple[str | None, str | None]:

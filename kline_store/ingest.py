@@ -36,12 +36,25 @@ class Bars:
     skipped_empty: int = 0                # rows whose prices are all missing: no bar
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
 
+    def subset(self, mask: np.ndarray) -> "Bars":
+        """The same bars filtered by a boolean mask over rows."""
+        return Bars(self.df.filter(pl.Series(mask)), self.fields, self.files, self.sources, self.problems,
+                    self.skipped_empty, self.dropped_columns)
+
     @property
     def symbols(self) -> list[str]:
         return self.df["symbol"].unique().sort().to_list()
 
     def day_numbers(self) -> np.ndarray:
         return self.df["date"].cast(pl.Int32).to_numpy()
+
+    def present_mask(self, sym: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """[n_sym, n_dates] bool of bars; raises InputError naming a duplicated (symbol, date) bar."""
+        present = np.zeros(shape, dtype=bool)
+        present[sym, pos] = True
+        if int(np.count_nonzero(present)) != len(sym):
+            check_duplicates(self.df, [str(f) for f in self.files], [is_parquet(f) for f in self.files])
+        return present
 
 
 @dataclass
@@ -92,9 +105,6 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         prog.step(note=src.path.name)
     prog.close()
     df = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
-    factor = adjust.row_factor_expr(df.columns)
-    if factor is not None:
-        df = df.with_columns(factor)
     prices = [c for c in C.PRICE_FIELDS if c in df.columns]
     empty = pl.all_horizontal([pl.col(c).is_null() for c in prices])
     n_empty = int(df.select(empty.sum()).item())
@@ -104,7 +114,6 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
     names = [str(f) for f in files]
     parquet = [is_parquet(f) for f in files]
-    check_duplicates(df, names, parquet)
     problems = quality_problems(df, names, parquet)
     if strict and problems:
         p = problems[0]
@@ -161,17 +170,15 @@ def calendar_positions(days: np.ndarray, calendar: np.ndarray, bars: Bars) -> np
     return pos
 
 
-def scatter(bars: Bars, symbols: list[str], sym_index: dict[str, int] | None, day_pos: np.ndarray,
-            fields: list[str], out: np.ndarray, row_offset: int = 0, day_offset: int = 0) -> np.ndarray:
-    """Write every bar into ``out[sym, day, field]``; returns the symbol row of each bar.
+def scatter(bars: Bars, sym: np.ndarray, day_pos: np.ndarray, fields: list[str], out: np.ndarray,
+            row_offset: int = 0, day_offset: int = 0) -> None:
+    """Write every bar into ``out[sym, day, field]``.
 
     ``out`` may be a window of a larger panel: bar (s, d) lands at out[s - row_offset, d - day_offset].
     """
-    sym = symbol_codes(bars.df["symbol"], symbols, sym_index)
     vals = bars.df.select([pl.col(f).cast(pl.Float32) if f in bars.df.columns
                            else pl.lit(None, dtype=pl.Float32).alias(f) for f in fields]).to_numpy()
     out[sym - row_offset, day_pos - day_offset, :] = vals
-    return sym
 
 
 def symbol_codes(col: pl.Series, symbols: list[str], sym_index: dict[str, int] | None = None) -> np.ndarray:
@@ -203,6 +210,14 @@ def fill_event_factor(panel: np.ndarray, fields: list[str], prev_close: np.ndarr
                                 prev_close[rows] if prev_close is not None else None)
     panel[rows, :, fi["adj_factor"]] = adjust.cumulative_factor(
         ratio, np.isfinite(close), start[rows] if start is not None else None)
+
+
+def factor_source(input_fields: list[str], fields: list[str]) -> str | None:
+    """How adj_factor was obtained: from the input (vendor factor, adj_close/close) or from events."""
+    if "adj_factor" not in fields:
+        return None
+    split, div = adjust.event_columns(fields)
+    return "events" if (split or div) else "input"
 
 
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
@@ -246,16 +261,17 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         version, generation, created = S.current_state(out)
         gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
         panel = gen.logical()
-        scatter(bars, symbols, None, pos, fields, panel)
+        sym = symbol_codes(bars.df["symbol"], symbols)
+        present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
+        scatter(bars, sym, pos, fields, panel)
         fill_event_factor(panel, fields)
-        present = np.zeros((len(symbols), len(cal)), dtype=bool)
-        present[symbol_codes(bars.df["symbol"], symbols), pos] = True
         first, last = S.bar_extent(present)
         data = S.finish_generation(out, gen)
         m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
                              capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(days),
                              sources=bars.sources, created_at=None,
-                             extra={"calendar_source": str(calendar) if calendar else "union of input dates"})
+                             extra={"calendar_source": str(calendar) if calendar else "union of input dates",
+                                    "adj_factor_source": factor_source(bars.fields, fields)})
         mf.commit(out, m)
         S.clean_staging(out)
     S.gc(out)

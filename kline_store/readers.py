@@ -172,7 +172,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _scan(src: Source, text_only: bool) -> pl.LazyFrame:
+def _scan(src: Source, text_only: bool, date_fmt: str | None = None) -> pl.LazyFrame:
     """Lazy frame of the source's kept columns; numeric columns as Float64 unless ``text_only``."""
     if is_parquet(src.path):
         lf = pl.scan_parquet(src.path)
@@ -181,6 +181,8 @@ def _scan(src: Source, text_only: bool) -> pl.LazyFrame:
         if not text_only:
             for s in src.value_columns:
                 overrides[s] = pl.Float64
+            if date_fmt == "yyyymmdd-int":
+                overrides[src.date_column] = pl.Int64
         source = io.BytesIO(src.data) if src.data is not None else src.path
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
                          null_values=C.NULL_VALUES, truncate_ragged_lines=True)
@@ -198,18 +200,24 @@ def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
 
 
 def read_source(src: Source, default_symbol: str | None = None) -> pl.DataFrame:
-    """All rows of one file, normalised (see module docstring). Raises InputError naming file/line/value."""
+    """All rows of one file, normalised (see module docstring). Raises InputError naming file/line/value.
+
+    Fast path: one lazy polars query (typed CSV parse, date conversion, float32 cast) on the streaming
+    engine. Only if it fails is the file re-read as text to find the offending cell.
+    """
     symbol = default_symbol or src.path.name.split(".csv")[0].split(".parquet")[0]
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
-    date_raw = pl.col(src.date_column).alias("_date_raw")
+    fmt = sniff_date_format(src)
+    canon = list(src.value_columns.values())
+    keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
     try:
-        df = _scan(src, text_only=False).select(
-            pl.col("_row"), sym_expr, date_raw, *_float_exprs(src, text_only=False)
-        ).collect()
+        df = finish_values(_scan(src, text_only=False, date_fmt=fmt).select(
+            *keep, *_float_exprs(src, text_only=False)), canon).collect(engine=_engine(src))
     except pl.exceptions.PolarsError:
-        df = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
-        df = df.select(pl.col("_row"), sym_expr, date_raw, *_float_exprs(src, text_only=True))
+        text = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
+        df = finish_values(text.lazy().select(*keep, *_float_exprs(src, text_only=True)), canon).collect()
+        fmt = None
     except OSError as exc:
         raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
     if df.height == 0:
@@ -218,7 +226,36 @@ def read_source(src: Source, default_symbol: str | None = None) -> pl.DataFrame:
         i = df["symbol"].is_null().arg_max()
         raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: empty symbol in column "
                          f"{src.symbol_column!r}")
-    return df.with_columns(parse_dates(df["_date_raw"], src)).drop("_date_raw")
+    return df.with_columns(parse_dates(df["_date_raw"], src, fmt)).drop("_date_raw")
+
+
+def _engine(src: Source) -> str:
+    """The streaming engine bounds memory on big files; on small ones its start-up cost dominates."""
+    size = len(src.data) if src.data is not None else os.path.getsize(src.path)
+    return "streaming" if size > 64 << 20 else "auto"
+
+
+def finish_values(lf: pl.LazyFrame, canon: list[str]) -> pl.LazyFrame:
+    """Add Yahoo's factor (adj_close / close, in float64) and cast every value to float32 as stored."""
+    if "adj_close" in canon and "close" in canon and "adj_factor" not in canon:
+        lf = lf.with_columns(pl.when(pl.col("close") > 0).then(pl.col("adj_close") / pl.col("close"))
+                             .alias("adj_factor"))
+        canon = canon + ["adj_factor"]
+    return lf.with_columns([pl.col(c).cast(pl.Float32) for c in canon])
+
+
+def sniff_date_format(src: Source) -> str | None:
+    """"yyyymmdd-int" when the date column is 8-digit integers, else None (decided on the parsed column)."""
+    if is_parquet(src.path):
+        return None
+    try:
+        head = _scan(src, text_only=True).select(pl.col(src.date_column)).head(200).collect()
+    except pl.exceptions.PolarsError:
+        return None
+    col = head[src.date_column].drop_nulls().str.strip_chars()
+    if col.len() and col.str.contains(r"^(19|20)\d{6}$").all():
+        return "yyyymmdd-int"
+    return None
 
 
 def _line(src: Source, row: int) -> str:
@@ -243,37 +280,52 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
     return df
 
 
-def parse_dates(raw: pl.Series, src: Source) -> pl.Series:
-    """Dates in any accepted form -> pl.Date. YYYYMMDD integers, ISO, with a time of day, M/D/YYYY, ..."""
-    name = src.date_column
-    dt = raw.dtype
-    if dt == pl.Date:
-        out = raw
-    elif dt.is_temporal():
-        out = raw.cast(pl.Datetime).dt.date() if dt != pl.Date else raw
-    else:
-        if dt.is_integer() or dt.is_float():
-            text = raw.cast(pl.Int64, strict=False).cast(pl.String)
-        else:
-            # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
-            text = raw.cast(pl.String).str.strip_chars().str.extract(r"^([^\sT]+)", 1)
-        sample = text.drop_nulls().head(1000)
-        if sample.len() == 0:
-            raise InputError(f"{src.path}: date column {name!r} is empty")
-        fmt = next((f for f in C.DATE_FORMATS
-                    if sample.str.to_date(f, strict=False).null_count() == 0), None)
-        if fmt is None:
-            bad = next(v for v in sample if v is not None)
-            i = (text == bad).arg_max()
-            raise InputError(f"{src.path}: line {_line(src, i)}: unparseable date {raw[i]!r} in column "
-                             f"{name!r} (accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD)")
-        out = text.str.to_date(fmt, strict=False)
-        bad = out.is_null() & raw.is_not_null()
-        if bad.any():
-            i = bad.arg_max()
-            raise InputError(f"{src.path}: line {_line(src, i)}: unparseable date {raw[i]!r} in column "
-                             f"{name!r} (expected format {fmt})")
+def parse_dates(raw: pl.Series, src: Source, fmt: str | None = None) -> pl.Series:
+    """Dates in any accepted form -> pl.Date: YYYYMMDD integers, ISO, with a time of day, M/D/YYYY, ...
+
+    Long files repeat each date once per symbol, so only the distinct values are parsed.
+    """
+    uniq = raw.drop_nulls().unique()
+    parsed = _parse_unique_dates(uniq, raw, src, fmt)
+    out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
     if out.null_count():
         i = out.is_null().arg_max()
-        raise InputError(f"{src.path}: line {_line(src, i)}: missing date in column {name!r}")
+        raise InputError(f"{src.path}: line {_line(src, i)}: missing date in column {src.date_column!r}")
     return out.alias("date")
+
+
+def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, fmt: str | None) -> pl.Series:
+    name = src.date_column
+    dt = uniq.dtype
+
+    def fail(value: object, expected: str) -> InputError:
+        i = (raw == value).arg_max()
+        return InputError(f"{src.path}: line {_line(src, i)}: unparseable date {value!r} in column {name!r} "
+                          f"({expected})")
+
+    if dt == pl.Date:
+        return uniq
+    if dt.is_temporal():
+        return uniq.cast(pl.Datetime).dt.date()
+    if dt.is_integer() or dt.is_float():
+        text = uniq.cast(pl.Int64, strict=False).cast(pl.String)
+        out = text.str.to_date("%Y%m%d", strict=False)
+        if out.null_count():
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD")
+        return out
+    text = uniq.cast(pl.String).str.strip_chars()
+    if text.str.contains(r"[\sT]\d").any():
+        # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
+        text = text.str.extract(r"^([^\sT]+)", 1)
+    if text.len() == 0:
+        raise InputError(f"{src.path}: date column {name!r} is empty")
+    sample = text.head(1000)
+    fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
+    if fmt is None:
+        bad = next(v for v, t in zip(uniq, sample) if all(
+            pl.Series([t]).str.to_date(f, strict=False)[0] is None for f in C.DATE_FORMATS))
+        raise fail(bad, "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD")
+    out = text.str.to_date(fmt, strict=False)
+    if out.null_count():
+        raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
+    return out

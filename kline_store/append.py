@@ -1,0 +1,248 @@
+"""Daily operation: add new days and new symbols to a store, and apply revised bars.
+
+Two ways to write, chosen per append:
+
+* **tail** (the daily case, cost proportional to the new data): new days land in the reserved room after each
+  symbol row, new symbols become new rows at the end of the file, and row checksums are extended
+  incrementally. No byte that any committed version can see is modified, so open readers keep their snapshot
+  and a killed append leaves the previous version intact.
+* **rewrite** (history changes): revised cells, dates inserted inside or before the calendar, new fields or
+  exhausted capacity write a new generation file (copy-on-write), then swap the manifest.
+
+Alignment is always by calendar date, never by a symbol's own row order: a symbol suspended on a new day gets
+NaN on exactly that day. Symbols keep their row for life (new listings are added at the end), so symbol
+indices stay valid across versions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from . import columns as C, lock, manifest as mf, store as S
+from .errors import InputError
+from .ingest import EPOCH, IngestReport, fill_event_factor, order_fields, read_bars, scatter, symbol_codes
+
+EVENT_FACTOR = "events"
+
+
+@dataclass
+class Plan:
+    """What an append will do, computed before anything is written."""
+
+    calendar: np.ndarray          # new calendar, int32 days since epoch
+    symbols: list[str]            # old symbols, then new ones in sorted order
+    fields: list[str]             # old fields, then new ones
+    sym: np.ndarray               # row of each input bar
+    pos: np.ndarray               # calendar index (new calendar) of each input bar
+    new_dates: int
+    new_symbols: list[str]
+    changed: dict[str, int]       # symbol -> cells changed in existing bars / days
+    mode: str                     # "tail", "rewrite" or "none"
+    reason: str
+
+
+def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
+           user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
+           wait: float = 0.0, quiet: bool = True) -> IngestReport:
+    """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
+
+    Args:
+        store: an existing store directory.
+        inputs: files, folders or globs in any format ``ingest`` accepts.
+        map / user_map: column mapping (as for ingest).
+        strict: data-quality warnings become errors.
+        dry_run: compute and report the changes; write nothing.
+        wait: seconds to wait for another writer's lock.
+
+    Returns:
+        IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
+    """
+    t0 = time.perf_counter()
+    store_dir = Path(store)
+    mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    umap = dict(user_map or {})
+    umap.update(C.parse_mapping(map))
+    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet)
+    with lock.WriterLock(store_dir, wait=wait):
+        old = S.open_store(store_dir, verify=False)
+        try:
+            plan = make_plan(old, bars)
+            if dry_run or plan.mode == "none":
+                version = old.version
+            elif plan.mode == "tail":
+                version = write_tail(store_dir, old, bars, plan)
+            else:
+                version = write_rewrite(store_dir, old, bars, plan)
+        finally:
+            old.close()
+        S.clean_staging(store_dir)
+    if not dry_run and plan.mode == "rewrite":
+        S.gc(store_dir)
+    cal = EPOCH + plan.calendar.astype("timedelta64[D]")
+    top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
+    extra = {
+        "mode": ("dry run, would " + plan.mode) if dry_run else plan.mode,
+        "why": plan.reason,
+        "new dates": plan.new_dates,
+        "new symbols": f"{len(plan.new_symbols)}" + (f" ({', '.join(plan.new_symbols[:10])}"
+                                                     f"{' ...' if len(plan.new_symbols) > 10 else ''})"
+                                                     if plan.new_symbols else ""),
+        "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
+            ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
+    }
+    return IngestReport(store_dir, version, len(bars.files), bars.df.height, len(plan.symbols), len(cal),
+                        str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
+                        bars.dropped_columns, time.perf_counter() - t0, extra)
+
+
+def make_plan(old: S.Store, bars) -> Plan:
+    """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
+    old_days = (old.dates - EPOCH).astype(np.int64)
+    days = bars.day_numbers().astype(np.int64)
+    cal = np.union1d(old_days, days)
+    inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
+    new_dates = len(cal) - len(old_days)
+    pos = np.searchsorted(cal, days)
+    in_symbols = bars.symbols
+    known = set(old.symbols)
+    new_syms = sorted(s for s in in_symbols if s not in known)
+    symbols = old.symbols + new_syms
+    index = {s: i for i, s in enumerate(symbols)}
+    sym = symbol_codes(bars.df["symbol"], symbols, index)
+    bars.present_mask(sym, pos, (len(symbols), len(cal)))   # duplicate (symbol, date) check
+    in_fields = order_fields(bars.fields)
+    new_fields = [f for f in in_fields if f not in old.fields]
+    fields = old.fields + new_fields
+    if "adj_factor" in new_fields and old.manifest.get("adj_factor_source") == EVENT_FACTOR:
+        new_fields.remove("adj_factor")
+    # Bars on days the old store already covers: compare with what is stored (revisions).
+    changed: dict[str, int] = {}
+    old_n = len(old_days)
+    overlap = (sym < old.n_symbols) & np.isin(days, old_days)
+    if overlap.any():
+        o_pos = np.searchsorted(old_days, days[overlap])
+        o_sym = sym[overlap]
+        cols = [f for f in in_fields if f in old.fields and f in bars.df.columns]
+        fidx = [old.fields.index(f) for f in cols]
+        stored = np.asarray(old.panel[o_sym[:, None], o_pos[:, None], np.asarray(fidx)[None, :]])
+        given = bars.df.filter(pl.Series(overlap)).select([pl.col(c).cast(pl.Float32) for c in cols]).to_numpy()
+        diff = ~((stored == given) | (np.isnan(stored) & np.isnan(given)))
+        per_bar = diff.sum(axis=1)
+        if per_bar.any():
+            counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
+            changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
+    if new_dates == 0 and not new_syms and not changed and not new_fields:
+        return Plan(cal, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new")
+    reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
+              if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
+              else "date capacity exhausted" if len(cal) > old.date_capacity else "")
+    mode = "rewrite" if reason else "tail"
+    return Plan(cal, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
+                reason or "new days/symbols only")
+
+
+def _event_state(old: S.Store) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """Last close and last factor per row: where event-based adjustment factors continue from."""
+    if old.manifest.get("adj_factor_source") != EVENT_FACTOR or old.n_dates == 0:
+        return None, None
+    from .adjust import last_finite
+    close = np.asarray(old.array("close"))
+    fac = np.asarray(old.array("adj_factor"))
+    return last_finite(close), last_finite(fac)
+
+
+def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
+    """Write new days/rows in place beyond every committed version's view; extend checksums; commit."""
+    m = old.manifest
+    n_old_rows, n_old = old.n_symbols, old.n_dates
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    cap = old.date_capacity
+    path = old.data_file
+    size = n_rows * cap * nf * 4
+    if os.path.getsize(path) < size:
+        os.truncate(path, size)
+    mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(n_rows, cap, nf))
+    # Only cells no committed version can see: new days of old rows, and new rows. Bars on stored days were
+    # found identical by make_plan (else this would be a rewrite) and are not written again.
+    new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
+    mm[:n_old_rows, n_old:n_new, :] = np.nan
+    mm[n_old_rows:, :n_new, :] = np.nan
+    scatter(bars.subset(new), plan.sym[new], plan.pos[new], plan.fields, mm)
+    if m.get("adj_factor_source") == EVENT_FACTOR:
+        _extend_event_factor(mm, old, plan.fields, n_old_rows, n_old, n_rows, n_new)
+    old_crc = np.asarray(m["data"]["row_crc32"][:n_old_rows], dtype=np.uint32)
+    crcs = np.concatenate([mf.row_crcs(mm[:n_old_rows, n_old:n_new, :], old_crc),
+                           mf.row_crcs(mm[n_old_rows:, :n_new, :])]).astype(np.uint32)
+    mm.flush()
+    with open(path, "rb+") as fh:
+        os.fsync(fh.fileno())   # the data is durable before the manifest that makes it visible
+    none = np.iinfo(np.int64).max
+    fresh_first = np.full(n_rows, none)
+    np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])
+    old_first = np.concatenate([old.first_bar, np.full(n_rows - n_old_rows, -1)])
+    first = np.where(old_first >= 0, old_first, np.where(fresh_first == none, -1, fresh_first))
+    last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
+    np.maximum.at(last, plan.sym[new], plan.pos[new])
+    data = dict(m["data"], rows=n_rows, size=size, row_crc32=crcs.tolist(), checksum=mf.file_checksum(crcs))
+    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars)
+
+
+def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_rows: int, n_old: int,
+                         n_rows: int, n_new: int) -> None:
+    """Continue split/dividend factors into the new days (from each row's last close and factor)."""
+    fi = fields.index("adj_factor")
+    prev_close, start = _event_state(old)
+    if n_new > n_old and n_old_rows:
+        block = np.array(mm[:n_old_rows, n_old:n_new, :])
+        block[:, :, fi] = np.nan
+        fill_event_factor(block, fields, prev_close, start)
+        mm[:n_old_rows, n_old:n_new, fi] = block[:, :, fi]
+    if n_rows > n_old_rows:
+        rows = np.array(mm[n_old_rows:, :n_new, :])
+        rows[:, :, fi] = np.nan
+        fill_event_factor(rows, fields)
+        mm[n_old_rows:, :n_new, fi] = rows[:, :, fi]
+
+
+def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
+    """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions."""
+    m = old.manifest
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    gen = S.start_generation(store_dir, m["data"]["generation"] + 1, n_rows, n_new, nf)
+    panel = gen.logical()
+    old_pos = np.searchsorted(plan.calendar, (old.dates - EPOCH).astype(np.int64))
+    src = old.panel
+    for lo in range(0, old.n_symbols, 256):  # bounded memory: 256 rows at a time
+        hi = min(lo + 256, old.n_symbols)
+        panel[lo:hi, old_pos, : old.n_fields] = src[lo:hi]
+    given = [f for f in plan.fields if f in bars.df.columns]
+    fidx = np.asarray([plan.fields.index(f) for f in given])
+    vals = bars.df.select([pl.col(f).cast(pl.Float32) for f in given]).to_numpy()
+    panel[plan.sym[:, None], plan.pos[:, None], fidx[None, :]] = vals
+    if m.get("adj_factor_source") == EVENT_FACTOR:
+        panel[:, :, plan.fields.index("adj_factor")] = np.nan
+        fill_event_factor(panel, plan.fields)
+    present = np.isfinite(panel).any(axis=2)
+    first, last = S.bar_extent(present)
+    data = S.finish_generation(store_dir, gen)
+    return _commit(store_dir, old, plan, data, gen.panel.shape[1], first, last, int(present.sum()), bars)
+
+
+def _commit(store_dir: Path, old: S.Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
+            last: np.ndarray, n_bars: int, bars) -> int:
+    m = old.manifest
+    extra = {k: v for k, v in m.items() if k in ("calendar_source", "adj_factor_source")}
+    new = S.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
+                           dates=EPOCH + plan.calendar.astype("timedelta64[D]"), fields=plan.fields,
+                           capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
+                           sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
+                           extra=extra)
+    mf.commit(store_dir, new)
+    return new["version"]
