@@ -13,9 +13,9 @@ from .store import Store, open_store, verify_store
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ingest": ("kline_store.ingest", "ingest"),
-    "append": ("kline_store.append", "append"),
-    "export": ("kline_store.export", "export"),
+    "ingest": ("kline_store.convert", "ingest"),
+    "append": ("kline_store.update", "append"),
+    "export": ("kline_store.exporter", "export"),
     "gc": ("kline_store.store", "gc"),
     "KlineDataset": ("kline_store.dataset", "KlineDataset"),
     "CrossSectionDataset": ("kline_store.dataset", "CrossSectionDataset"),

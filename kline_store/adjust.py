@@ -63,11 +63,11 @@ def _ffill(a: np.ndarray, start: np.ndarray | None) -> np.ndarray:
 def cumulative_factor(ratio: np.ndarray, present: np.ndarray, start: np.ndarray | None = None) -> np.ndarray:
     """Cumulative product of ``ratio`` along days, continuing from ``start`` [n_sym] (1 for new symbols).
 
-    NaN where ``present`` is False (no bar): the factor is a property of bars.
+    The product is taken in the same order as over the whole history, so an append continued from the
+    float64 ``start`` gives the same bits as a full ingest. NaN where ``present`` is False (no bar).
     """
-    f = np.cumprod(ratio, axis=1)
-    if start is not None:
-        f *= np.where(np.isfinite(start), start, 1.0)[:, None]
+    s = np.ones(ratio.shape[0]) if start is None else np.where(np.isfinite(start), start, 1.0)
+    f = np.cumprod(np.concatenate([s[:, None], ratio], axis=1), axis=1)[:, 1:]
     return np.where(present, f, np.nan)
 
 

@@ -36,7 +36,7 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 def ingest(inputs, out, calendar, mapping, strict, wait, quiet) -> None:
     """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
-    from .ingest import ingest as run
+    from .convert import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait)
     if not quiet:
         click.echo("\n".join(rep.lines()))
@@ -52,7 +52,7 @@ def ingest(inputs, out, calendar, mapping, strict, wait, quiet) -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No summary.")
 def append(store, inputs, mapping, strict, dry_run, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
-    from .append import append as run
+    from .update import append as run
     rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet)
     if not quiet:
         click.echo("\n".join(rep.lines()))
@@ -100,7 +100,7 @@ def verify(store) -> None:
 @click.option("-o", "--out", required=True, type=click.Path(), help="Output .parquet or .csv file.")
 def export(store, out) -> None:
     """Write STORE in long format (symbol, date, fields), one row per bar."""
-    from .export import export as run
+    from .exporter import export as run
     n = run(store, out)
     click.echo(f"wrote {n} rows to {out}")
 

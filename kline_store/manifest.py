@@ -23,6 +23,16 @@ MANIFEST = "manifest.json"
 VERSIONS_DIR = "versions"
 
 
+def crashpoint(name: str) -> None:
+    """Fault injection for the crash-safety tests: SIGKILL this process at the named point of a write.
+
+    Active only when the environment variable KLINE_STORE_CRASH_AT equals ``name``.
+    """
+    if os.environ.get("KLINE_STORE_CRASH_AT") == name:
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
 def data_file_name(generation: int) -> str:
     return f"data-g{generation:06d}.f32"
 
@@ -76,7 +86,9 @@ def commit(store_dir: Path, manifest: dict) -> None:
     vdir = store_dir / VERSIONS_DIR
     vdir.mkdir(exist_ok=True)
     write_json_atomic(vdir / version_file_name(manifest["version"]), manifest)
+    crashpoint("commit:version-written")
     write_json_atomic(store_dir / MANIFEST, manifest)
+    crashpoint("commit:done")
 
 
 def read_manifest(store_dir: Path, version: int | None = None) -> dict:

@@ -27,7 +27,8 @@ import polars as pl
 
 from . import columns as C, lock, manifest as mf, store as S
 from .errors import InputError
-from .ingest import EPOCH, IngestReport, fill_event_factor, order_fields, read_bars, scatter, symbol_codes
+from .convert import (EPOCH, IngestReport, factor_state_list, fill_event_factor, order_fields, read_bars, scatter,
+                     symbol_codes)
 
 EVENT_FACTOR = "events"
 
@@ -148,14 +149,12 @@ def make_plan(old: S.Store, bars) -> Plan:
                 reason or "new days/symbols only")
 
 
-def _event_state(old: S.Store) -> tuple[np.ndarray | None, np.ndarray | None]:
-    """Last close and last factor per row: where event-based adjustment factors continue from."""
-    if old.manifest.get("adj_factor_source") != EVENT_FACTOR or old.n_dates == 0:
-        return None, None
+def _event_state(old: S.Store) -> tuple[np.ndarray, np.ndarray]:
+    """Last close and last float64 factor per row: where event-based factors continue from."""
     from .adjust import last_finite
-    close = np.asarray(old.array("close"))
-    fac = np.asarray(old.array("adj_factor"))
-    return last_finite(close), last_finite(fac)
+    close = last_finite(np.asarray(old.array("close"))) if old.n_dates else np.full(old.n_symbols, np.nan)
+    state = old.manifest.get("adj_last_factor") or [None] * old.n_symbols
+    return close, np.array([np.nan if x is None else x for x in state], dtype=np.float64)
 
 
 def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
@@ -172,11 +171,16 @@ def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     # Only cells no committed version can see: new days of old rows, and new rows. Bars on stored days were
     # found identical by make_plan (else this would be a rewrite) and are not written again.
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
+    mf.crashpoint("tail:grown")
     mm[:n_old_rows, n_old:n_new, :] = np.nan
     mm[n_old_rows:, :n_new, :] = np.nan
+    mf.crashpoint("tail:cleared")
     scatter(bars.subset(new), plan.sym[new], plan.pos[new], plan.fields, mm)
+    mm.flush()
+    mf.crashpoint("tail:written")
+    state = None
     if m.get("adj_factor_source") == EVENT_FACTOR:
-        _extend_event_factor(mm, old, plan.fields, n_old_rows, n_old, n_rows, n_new)
+        state = _extend_event_factor(mm, old, plan.fields, n_old_rows, n_old, n_rows, n_new)
     old_crc = np.asarray(m["data"]["row_crc32"][:n_old_rows], dtype=np.uint32)
     crcs = np.concatenate([mf.row_crcs(mm[:n_old_rows, n_old:n_new, :], old_crc),
                            mf.row_crcs(mm[n_old_rows:, :n_new, :])]).astype(np.uint32)
@@ -191,24 +195,27 @@ def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
     np.maximum.at(last, plan.sym[new], plan.pos[new])
     data = dict(m["data"], rows=n_rows, size=size, row_crc32=crcs.tolist(), checksum=mf.file_checksum(crcs))
-    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars)
+    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars, state)
 
 
 def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_rows: int, n_old: int,
-                         n_rows: int, n_new: int) -> None:
-    """Continue split/dividend factors into the new days (from each row's last close and factor)."""
+                         n_rows: int, n_new: int) -> np.ndarray:
+    """Continue split/dividend factors into the new days and rows; returns the new per-row factor state."""
     fi = fields.index("adj_factor")
     prev_close, start = _event_state(old)
+    state = np.concatenate([start, np.full(n_rows - n_old_rows, np.nan)])
     if n_new > n_old and n_old_rows:
         block = np.array(mm[:n_old_rows, n_old:n_new, :])
         block[:, :, fi] = np.nan
-        fill_event_factor(block, fields, prev_close, start)
+        last = fill_event_factor(block, fields, prev_close, start)
         mm[:n_old_rows, n_old:n_new, fi] = block[:, :, fi]
+        state[:n_old_rows] = np.where(np.isfinite(last), last, start)
     if n_rows > n_old_rows:
         rows = np.array(mm[n_old_rows:, :n_new, :])
         rows[:, :, fi] = np.nan
-        fill_event_factor(rows, fields)
+        state[n_old_rows:] = fill_event_factor(rows, fields)
         mm[n_old_rows:, :n_new, fi] = rows[:, :, fi]
+    return state
 
 
 def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
@@ -226,19 +233,25 @@ def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     fidx = np.asarray([plan.fields.index(f) for f in given])
     vals = bars.df.select([pl.col(f).cast(pl.Float32) for f in given]).to_numpy()
     panel[plan.sym[:, None], plan.pos[:, None], fidx[None, :]] = vals
+    state = None
     if m.get("adj_factor_source") == EVENT_FACTOR:
         panel[:, :, plan.fields.index("adj_factor")] = np.nan
-        fill_event_factor(panel, plan.fields)
+        state = fill_event_factor(panel, plan.fields)
     present = np.isfinite(panel).any(axis=2)
     first, last = S.bar_extent(present)
+    mf.crashpoint("rewrite:filled")
     data = S.finish_generation(store_dir, gen)
-    return _commit(store_dir, old, plan, data, gen.panel.shape[1], first, last, int(present.sum()), bars)
+    mf.crashpoint("rewrite:data-in-place")
+    return _commit(store_dir, old, plan, data, gen.panel.shape[1], first, last, int(present.sum()), bars,
+                   state)
 
 
 def _commit(store_dir: Path, old: S.Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
-            last: np.ndarray, n_bars: int, bars) -> int:
+            last: np.ndarray, n_bars: int, bars, factor_state: np.ndarray | None = None) -> int:
     m = old.manifest
     extra = {k: v for k, v in m.items() if k in ("calendar_source", "adj_factor_source")}
+    if factor_state is not None:
+        extra["adj_last_factor"] = factor_state_list(factor_state)
     new = S.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
                            dates=EPOCH + plan.calendar.astype("timedelta64[D]"), fields=plan.fields,
                            capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,

@@ -192,24 +192,37 @@ def symbol_codes(col: pl.Series, symbols: list[str], sym_index: dict[str, int] |
 
 
 def fill_event_factor(panel: np.ndarray, fields: list[str], prev_close: np.ndarray | None = None,
-                      start: np.ndarray | None = None) -> None:
-    """Fill ``adj_factor`` from split/dividend events for symbols that have no vendor factor, in place.
+                      start: np.ndarray | None = None) -> np.ndarray | None:
+    """Fill ``adj_factor`` from split/dividend events for rows that have no vendor factor, in place.
 
-    ``prev_close``/``start``: per symbol, the close and factor of the last stored bar (for appends).
+    Args:
+        panel: [rows, days, fields] block to fill.
+        prev_close / start: per row, the close and (float64) factor of the last stored bar, for appends.
+
+    Returns:
+        float64 [rows] last factor of each filled row (NaN elsewhere): the state the next append continues
+        from, or None when there is nothing to fill.
     """
     split, div = adjust.event_columns(fields)
     if "adj_factor" not in fields or (split is None and div is None):
-        return
+        return None
     fi = {f: i for i, f in enumerate(fields)}
+    last = np.full(panel.shape[0], np.nan)
     rows = np.flatnonzero(~np.isfinite(panel[:, :, fi["adj_factor"]]).any(axis=1))
     if rows.size == 0:
-        return
+        return last
     close = panel[rows, :, fi["close"]]
     ratio = adjust.event_ratios(close, panel[rows, :, fi[split]] if split else None,
                                 panel[rows, :, fi[div]] if div else None,
                                 prev_close[rows] if prev_close is not None else None)
-    panel[rows, :, fi["adj_factor"]] = adjust.cumulative_factor(
-        ratio, np.isfinite(close), start[rows] if start is not None else None)
+    f = adjust.cumulative_factor(ratio, np.isfinite(close), start[rows] if start is not None else None)
+    panel[rows, :, fi["adj_factor"]] = f
+    last[rows] = adjust.last_finite(f)
+    return last
+
+
+def factor_state_list(state: np.ndarray | None) -> list[float | None] | None:
+    return None if state is None else [None if not np.isfinite(x) else float(x) for x in state]
 
 
 def factor_source(input_fields: list[str], fields: list[str]) -> str | None:
@@ -264,14 +277,17 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         sym = symbol_codes(bars.df["symbol"], symbols)
         present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
         scatter(bars, sym, pos, fields, panel)
-        fill_event_factor(panel, fields)
+        factor_state = fill_event_factor(panel, fields)
+        mf.crashpoint("ingest:filled")
         first, last = S.bar_extent(present)
         data = S.finish_generation(out, gen)
+        mf.crashpoint("ingest:data-in-place")
         m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
                              capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(days),
                              sources=bars.sources, created_at=None,
                              extra={"calendar_source": str(calendar) if calendar else "union of input dates",
-                                    "adj_factor_source": factor_source(bars.fields, fields)})
+                                    "adj_factor_source": factor_source(bars.fields, fields),
+                                    "adj_last_factor": factor_state_list(factor_state)})
         mf.commit(out, m)
         S.clean_staging(out)
     S.gc(out)

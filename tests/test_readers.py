@@ -1,0 +1,118 @@
+"""Reading single files: encodings, date forms, separators, missing values and precise errors."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from conftest import write
+from kline_store.errors import InputError
+from kline_store.readers import expand_inputs, inspect_source, read_source
+
+
+def read(path, user_map=None):
+    return read_source(inspect_source(path, user_map))
+
+
+def test_gbk_chinese_headers(tmp_path):
+    text = "日期,股票代码,开盘,收盘,最高,最低,成交量,成交额,名称\n" \
+           "2024-01-02,600519,1700.5,1710.0,1720.0,1690.0,12345,2.1e9,贵州茅台\n" \
+           "2024-01-03,600519,1711.0,1705.0,1715.0,1700.0,12000,2.0e9,贵州茅台\n"
+    p = write(tmp_path / "600519.csv", text, "gbk")
+    src = inspect_source(p)
+    assert src.encoding == "gb18030"
+    assert src.dropped == ["名称"]  # a text column is not a field
+    df = read_source(src)
+    assert df["symbol"].to_list() == ["600519", "600519"]
+    assert df["close"].to_list() == [1710.0, 1705.0]
+    assert str(df["date"][0]) == "2024-01-02"
+
+
+@pytest.mark.parametrize("cell,expect", [
+    ("20240102", "2024-01-02"), ("2024-01-02", "2024-01-02"), ("2024-01-02 15:00:00", "2024-01-02"),
+    ("1/2/2024", "2024-01-02"), ("2024/01/02", "2024-01-02"), ("2024-01-02T00:00:00Z", "2024-01-02"),
+])
+def test_date_forms(tmp_path, cell, expect):
+    p = write(tmp_path / "x.csv", f"date,close\n{cell},1.5\n")
+    assert str(read(p)["date"][0]) == expect
+
+
+def test_values_are_float32_of_source(tmp_path):
+    p = write(tmp_path / "x.csv", "date,close,volume\n2024-01-02,523.4200440000001,123456789\n")
+    df = read(p)
+    assert df["close"].dtype == pl.Float32
+    assert df["close"][0] == np.float32(523.4200440000001)
+    assert df["volume"][0] == np.float32(123456789)  # beyond 2**24: rounded, as documented
+
+
+def test_null_literals_are_missing(tmp_path):
+    p = write(tmp_path / "x.csv", "date,open,close,volume\n2024-01-02,null,--,NA\n2024-01-03,,1,\n")
+    df = read(p)
+    assert df["open"].null_count() == 2 and df["close"].null_count() == 1
+
+
+def test_non_numeric_value_names_file_line_column_value(tmp_path):
+    p = write(tmp_path / "bad.csv", "date,open,close\n2024-01-02,1,2\n2024-01-03,1,abc\n")
+    with pytest.raises(InputError) as e:
+        read(p)
+    msg = str(e.value)
+    assert "bad.csv" in msg and "line 3" in msg and "'close'" in msg and "'abc'" in msg
+
+
+def test_unparseable_date_is_named(tmp_path):
+    p = write(tmp_path / "d.csv", "date,close\n2024-01-02,1\n2024-13-45,2\n")
+    with pytest.raises(InputError, match=r"line 3: unparseable date '2024-13-45'"):
+        read(p)
+
+
+def test_missing_close_lists_columns(tmp_path):
+    p = write(tmp_path / "m.csv", "date,open,price\n2024-01-02,1,2\n")
+    with pytest.raises(InputError, match=r"no close column; columns found: date, open, price"):
+        inspect_source(p)
+
+
+def test_missing_date_column(tmp_path):
+    p = write(tmp_path / "m.csv", "when,close\n2024-01-02,1\n")
+    with pytest.raises(InputError, match="no date column"):
+        inspect_source(p)
+    assert read(p, {"when": "date"})["close"][0] == 1.0
+
+
+def test_empty_file_and_header_only(tmp_path):
+    with pytest.raises(InputError, match="empty"):
+        inspect_source(write(tmp_path / "e.csv", ""))
+    with pytest.raises(InputError, match="no data rows"):
+        read(write(tmp_path / "h.csv", "date,close\n"))
+
+
+def test_semicolon_and_tab_separated(tmp_path):
+    assert read(write(tmp_path / "s.csv", "date;close\n2024-01-02;3.5\n"))["close"][0] == 3.5
+    assert read(write(tmp_path / "t.tsv", "date\tclose\n2024-01-02\t4.5\n"))["close"][0] == 4.5
+
+
+def test_parquet_with_typed_dates(tmp_path):
+    p = tmp_path / "x.parquet"
+    pl.DataFrame({"ticker": ["A", "B"], "date": np.array(["2024-01-02", "2024-01-03"], dtype="datetime64[D]"),
+                  "close": [1.0, 2.0]}).write_parquet(p)
+    df = read(p)
+    assert df["symbol"].to_list() == ["A", "B"] and str(df["date"][1]) == "2024-01-03"
+
+
+def test_expand_inputs(tmp_path):
+    write(tmp_path / "a" / "x.csv", "date,close\n2024-01-02,1\n")
+    write(tmp_path / "a" / "y.parquet.txt.bak", "junk")
+    write(tmp_path / "b.csv", "date,close\n2024-01-02,1\n")
+    assert [p.name for p in expand_inputs([tmp_path / "a", str(tmp_path / "*.csv")])] == ["x.csv", "b.csv"]
+    with pytest.raises(InputError, match="no such file"):
+        expand_inputs([tmp_path / "missing.csv"])
+    with pytest.raises(InputError, match="matches no file"):
+        expand_inputs([str(tmp_path / "*.parquet")])
+
+
+def test_real_quirks(real):
+    ptr = read(real / "us_yahoo_daily" / "PTR.csv")
+    row = ptr.filter(pl.col("date") == pl.date(2016, 6, 29))
+    assert row["close"].is_null().all()      # the literal null row
+    czsc = read(real / "index_with_time" / "000001.SH_D.csv")
+    assert str(czsc["date"][0]) == "2006-11-06" and czsc["symbol"][0] == "000001.SH"
+    sp = read(real / "yahoo_mplfinance" / "SP500_NOV2019_Hist.csv")
+    assert str(sp["date"][0]) == "2019-11-01"

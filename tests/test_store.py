@@ -1,0 +1,107 @@
+"""The store format: views, snapshots, damage detection, locks and gc."""
+
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+
+from kline_store import StoreError, StoreLockedError, open_store, verify_store
+from kline_store.lock import WriterLock
+from kline_store.store import create_store, gc
+
+DATES = np.arange("2024-01-01", "2024-03-01", dtype="datetime64[D]")
+
+
+def make(path, n_sym=4, seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    panel = rng.random((n_sym, len(DATES), 3)).astype(np.float32)
+    panel[1, :10] = np.nan
+    create_store(path, panel, [f"S{i}" for i in range(n_sym)], DATES, ["open", "close", "volume"], **kw)
+    return panel
+
+
+def test_round_trip_and_read_only_views(tmp_path):
+    panel = make(tmp_path / "s")
+    st = open_store(tmp_path / "s")
+    assert np.array_equal(st.panel, panel, equal_nan=True)
+    assert st.array("close").shape == (4, len(DATES)) and not st.array("close").flags.writeable
+    with pytest.raises(ValueError):
+        st.array("close")[0, 0] = 1.0
+    assert st.first_bar.tolist() == [0, 10, 0, 0] and st.last_bar.tolist() == [len(DATES) - 1] * 4
+    # a window of one symbol is one contiguous piece of the file
+    w = st.panel[2, 5:37]
+    assert w.flags.c_contiguous
+    assert st.row_stride == st.date_capacity * 3 and st.date_capacity >= len(DATES)
+
+
+def test_flipped_byte_is_named(tmp_path):
+    make(tmp_path / "s")
+    st = open_store(tmp_path / "s")
+    f, off = st.data_file, st.row_stride * 4 * 2 + 17   # inside row 2's logical region
+    st.close()
+    with open(f, "r+b") as fh:
+        fh.seek(off)
+        b = fh.read(1)
+        fh.seek(off)
+        fh.write(bytes([b[0] ^ 0x40]))
+    problems = verify_store(tmp_path / "s")
+    assert problems and f.name in problems[0] and "symbol S2" in problems[0]
+    with pytest.raises(StoreError, match=f"{f.name}.*damaged"):
+        open_store(tmp_path / "s")
+    assert open_store(tmp_path / "s", verify=False).n_symbols == 4   # explicit opt-out still opens
+
+
+def test_truncated_file_is_named(tmp_path):
+    make(tmp_path / "s")
+    f = open_store(tmp_path / "s").data_file
+    os.truncate(f, os.path.getsize(f) // 2)
+    with pytest.raises(StoreError, match=f"{f.name}: data file is truncated"):
+        open_store(tmp_path / "s", verify=False)
+    assert "truncated" in verify_store(tmp_path / "s")[0]
+
+
+def test_manifest_mismatch_and_garbage(tmp_path):
+    make(tmp_path / "s")
+    mpath = tmp_path / "s" / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m["symbols"] = m["symbols"][:-1]
+    mpath.write_text(json.dumps(m))
+    with pytest.raises(StoreError, match="manifest mismatch: 3 symbols listed for n_symbols=4"):
+        open_store(tmp_path / "s")
+    mpath.write_text("{not json")
+    with pytest.raises(StoreError, match="manifest is unreadable"):
+        open_store(tmp_path / "s")
+    with pytest.raises(StoreError, match="no such store"):
+        open_store(tmp_path / "nowhere")
+
+
+def test_open_snapshot_survives_replacement_and_gc_spares_it(tmp_path):
+    first = make(tmp_path / "s", seed=1)
+    old = open_store(tmp_path / "s")
+    make(tmp_path / "s", seed=2)          # a whole new generation
+    assert np.array_equal(old.panel, first, equal_nan=True)
+    assert gc(tmp_path / "s") == []      # pinned by `old`
+    assert open_store(tmp_path / "s", version=old.version).version == old.version
+    old.close()
+    removed = gc(tmp_path / "s")
+    assert any(r.startswith("data-g000001") for r in removed)
+    with pytest.raises(StoreError, match="version 1 is not available"):
+        open_store(tmp_path / "s", version=1)
+
+
+def test_second_writer_is_told_who_holds_the_lock(tmp_path):
+    make(tmp_path / "s")
+    with WriterLock(tmp_path / "s"):
+        with pytest.raises(StoreLockedError, match=r"store is locked by pid \d+ on"):
+            make(tmp_path / "s")
+    make(tmp_path / "s")   # free again
+
+
+def test_waiting_writer_gets_the_lock(tmp_path):
+    make(tmp_path / "s")
+    lock = WriterLock(tmp_path / "s").__enter__()
+    threading.Timer(0.3, lock.__exit__).start()
+    make(tmp_path / "s", wait=10)
+    assert open_store(tmp_path / "s").version == 2
