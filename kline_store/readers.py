@@ -74,6 +74,7 @@ class Source:
     encoding: str
     separator: str = ","
     dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
+    head: pl.DataFrame | None = None                     # first rows as text (see _head)
 
     @property
     def symbol_column(self) -> str | None:
@@ -136,15 +137,24 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
     mapping = C.resolve_columns(cols, user_map)
     canon = set(mapping.values())
     src = Source(path, cols, mapping, data, enc, sep)
-    dropped = _text_extras(src, set(user_map or {}))
-    for col in dropped:
-        del mapping[col]
-    src.dropped = dropped
     if "date" not in canon:
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
         raise InputError(C.describe_missing("close", cols, str(path)))
+    src.head = _head(src)
+    dropped = _text_extras(src, set(user_map or {}))
+    for col in dropped:
+        del mapping[col]
+    src.dropped = dropped
     return src
+
+
+def _head(src: Source) -> pl.DataFrame | None:
+    """The first rows as text: enough to tell text columns and the date form apart, read once."""
+    try:
+        return _scan(src, text_only=True).head(1000).collect()
+    except pl.exceptions.PolarsError:
+        return None  # the full read will report what is wrong, with a line number
 
 
 def _text_extras(src: Source, forced: set[str]) -> list[str]:
@@ -154,11 +164,8 @@ def _text_extras(src: Source, forced: set[str]) -> list[str]:
     """
     extras = [s for s, d in src.mapping.items()
               if d not in ("symbol", "date") and d not in C.BASE_FIELDS and s not in forced]
-    if not extras:
-        return []
-    try:
-        head = _scan(src, text_only=True).select(extras).head(1000).collect()
-    except pl.exceptions.PolarsError:
+    head = src.head
+    if not extras or head is None:
         return []
     out = []
     for s in extras:
@@ -246,13 +253,9 @@ def finish_values(lf: pl.LazyFrame, canon: list[str]) -> pl.LazyFrame:
 
 def sniff_date_format(src: Source) -> str | None:
     """"yyyymmdd-int" when the date column is 8-digit integers, else None (decided on the parsed column)."""
-    if is_parquet(src.path):
+    if is_parquet(src.path) or src.head is None:
         return None
-    try:
-        head = _scan(src, text_only=True).select(pl.col(src.date_column)).head(200).collect()
-    except pl.exceptions.PolarsError:
-        return None
-    col = head[src.date_column].drop_nulls().str.strip_chars()
+    col = src.head[src.date_column].cast(pl.String).drop_nulls().str.strip_chars()
     if col.len() and col.str.contains(r"^(19|20)\d{6}$").all():
         return "yyyymmdd-int"
     return None
