@@ -73,8 +73,9 @@ def fsync_dir(path: Path) -> None:
 def write_json_atomic(path: Path, obj: Any) -> None:
     """Write JSON to ``path`` so that a reader sees either the old or the new file, never a torn one."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))  # C encoder: far faster than dump()
     with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(obj, fh, ensure_ascii=False, separators=(",", ":"))
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)

@@ -176,7 +176,6 @@ def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     mm[n_old_rows:, :n_new, :] = np.nan
     mf.crashpoint("tail:cleared")
     scatter(bars.subset(new), plan.sym[new], plan.pos[new], plan.fields, mm)
-    mm.flush()
     mf.crashpoint("tail:written")
     state = None
     if m.get("adj_factor_source") == EVENT_FACTOR:
@@ -184,9 +183,11 @@ def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     old_crc = np.asarray(m["data"]["row_crc32"][:n_old_rows], dtype=np.uint32)
     crcs = np.concatenate([mf.row_crcs(mm[:n_old_rows, n_old:n_new, :], old_crc),
                            mf.row_crcs(mm[n_old_rows:, :n_new, :])]).astype(np.uint32)
-    mm.flush()
+    del mm
     with open(path, "rb+") as fh:
-        os.fsync(fh.fileno())   # the data is durable before the manifest that makes it visible
+        # fsync writes back the pages dirtied through the mapping too (one page cache); cheaper than
+        # msync over the whole (mostly reserved) mapping. Data is durable before the manifest that shows it.
+        os.fsync(fh.fileno())
     none = np.iinfo(np.int64).max
     fresh_first = np.full(n_rows, none)
     np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])
