@@ -7,6 +7,7 @@ and published by an atomic manifest swap, so a failed or killed ingest leaves an
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,17 +19,29 @@ import polars as pl
 from . import adjust, columns as C, lock, manifest as mf, store as S
 from .errors import InputError
 from .progress import Progress
-from .readers import expand_inputs, inspect_source, is_parquet, read_source
-from .validate import Problem, check_duplicates, quality_problems
+from .readers import expand_inputs, inspect_source, is_parquet, iter_chunks
+from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
 
 
+RECORD_META = [("sym", "<u4"), ("day", "<i4"), ("file", "<u4"), ("row", "<u4")]
+
+
 @dataclass
 class Bars:
-    """Validated long-format bars read from the inputs."""
+    """Validated bars read from the inputs, as flat arrays (one entry per bar).
 
-    df: pl.DataFrame                      # symbol, date, <fields> (Float64), _file, _row
+    For a full ingest the arrays are views of a spill file in the store's staging folder, so reading a
+    large CSV holds one chunk in memory at a time, not the whole input.
+    """
+
+    names: list[str]                      # symbol code -> name, in first-seen order
+    sym: np.ndarray                       # symbol code of each bar
+    day: np.ndarray                       # days since 1970-01-01
+    file: np.ndarray                      # index into ``files``
+    row: np.ndarray                       # 0-based data row in its file
+    values: np.ndarray                    # [n, len(fields)] float32, NaN where the input has no value
     fields: list[str]
     files: list[Path]
     sources: list[dict]
@@ -36,25 +49,165 @@ class Bars:
     skipped_empty: int = 0                # rows whose prices are all missing: no bar
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
 
+    def __len__(self) -> int:
+        return len(self.sym)
+
     def subset(self, mask: np.ndarray) -> "Bars":
-        """The same bars filtered by a boolean mask over rows."""
-        return Bars(self.df.filter(pl.Series(mask)), self.fields, self.files, self.sources, self.problems,
+        """The same bars filtered by a boolean mask."""
+        return Bars(self.names, self.sym[mask], self.day[mask], self.file[mask], self.row[mask],
+                    self.values[mask], self.fields, self.files, self.sources, self.problems,
                     self.skipped_empty, self.dropped_columns)
 
     @property
     def symbols(self) -> list[str]:
-        return self.df["symbol"].unique().sort().to_list()
+        """Symbols that have bars, sorted."""
+        return sorted(self.names)
 
-    def day_numbers(self) -> np.ndarray:
-        return self.df["date"].cast(pl.Int32).to_numpy()
+    def codes_for(self, rows_of: dict[str, int]) -> np.ndarray:
+        """Row of each bar, given a symbol -> row mapping (a store's, or the sorted order of a new one)."""
+        lookup = np.asarray([rows_of[n] for n in self.names], dtype=np.int64)
+        return lookup[self.sym]
+
+    def where(self, i: int) -> str:
+        f = self.files[int(self.file[i])]
+        at = f"row {int(self.row[i]) + 1}" if is_parquet(f) else f"line {int(self.row[i]) + 2}"
+        return f"{f} {at}"
 
     def present_mask(self, sym: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """[n_sym, n_dates] bool of bars; raises InputError naming a duplicated (symbol, date) bar."""
         present = np.zeros(shape, dtype=bool)
         present[sym, pos] = True
         if int(np.count_nonzero(present)) != len(sym):
-            check_duplicates(self.df, [str(f) for f in self.files], [is_parquet(f) for f in self.files])
+            self._raise_duplicate(sym, pos)
         return present
+
+    def _raise_duplicate(self, sym: np.ndarray, pos: np.ndarray) -> None:
+        key = sym.astype(np.int64) * (int(pos.max()) + 1) + pos
+        order = np.argsort(key, kind="stable")
+        same = np.flatnonzero(key[order][1:] == key[order][:-1])
+        first = order[same[0]]
+        hits = order[key[order] == key[first]]
+        n_dup = int(len(same))
+        raise InputError(f"duplicate bar: symbol {self.names[int(self.sym[first])]} date "
+                         f"{EPOCH + int(self.day[first])} appears {len(hits)} times "
+                         f"({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all")
+
+
+class _Sink:
+    """Collects normalised chunks as flat records: in memory, or appended to a spill file."""
+
+    def __init__(self, fields: list[str], spill: Path | None) -> None:
+        self.fields = fields
+        self.dtype = np.dtype(RECORD_META + [("v", "<f4", (len(fields),))])
+        self.spill = spill
+        self.fh = open(spill, "wb") if spill else None
+        self.parts: list[np.ndarray] = []
+        self.names: list[str] = []
+        self.code: dict[str, int] = {}
+        self.n = 0
+
+    def _intern(self, name: str) -> int:
+        code = self.code.get(name)
+        if code is None:
+            code = self.code[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def symbol_codes(self, col: pl.Series) -> np.ndarray:
+        """Code of each row's symbol. Files are mostly grouped by symbol: map runs, not rows."""
+        starts = np.flatnonzero((col != col.shift(1)).fill_null(True).to_numpy())
+        if len(starts) * 8 < len(col):
+            codes = np.asarray([self._intern(n) for n in col.gather(starts).to_list()], dtype=np.uint32)
+            return np.repeat(codes, np.diff(np.append(starts, len(col))))
+        uniq = col.unique().to_list()
+        return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
+
+    def add(self, df: pl.DataFrame, file_id: int) -> None:
+        rec = np.empty(df.height, dtype=self.dtype)
+        rec["sym"] = self.symbol_codes(df["symbol"])
+        rec["day"] = df["date"].cast(pl.Int32).to_numpy()
+        rec["file"] = file_id
+        rec["row"] = df["_row"].to_numpy()
+        rec["v"] = df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
+                              for f in self.fields]).to_numpy()
+        if self.fh:
+            rec.tofile(self.fh)
+        else:
+            self.parts.append(rec)
+        self.n += len(rec)
+
+    def records(self) -> np.ndarray:
+        if self.fh:
+            self.fh.close()
+            if self.n == 0:
+                return np.empty(0, dtype=self.dtype)
+            return np.memmap(self.spill, dtype=self.dtype, mode="r", shape=(self.n,))
+        return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=self.dtype)
+
+
+def input_fields(sources: list) -> list[str]:
+    """The union of the fields the sources provide (Yahoo's adj_close brings adj_factor), in store order."""
+    names: list[str] = []
+    for s in sources:
+        for d in s.value_columns.values():
+            if d not in names:
+                names.append(d)
+        if "adj_close" in names and "close" in names and "adj_factor" not in names:
+            names.append("adj_factor")
+    return order_fields(names)
+
+
+def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
+              strict: bool = False, quiet: bool = True, spill: Path | None = None) -> Bars:
+    """Read, normalise and validate every input; raise InputError on the first hard error.
+
+    Args:
+        spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+    """
+    files = expand_inputs(list(inputs))
+    sources = [inspect_source(f, user_map) for f in files]   # every header checked before any row is read
+    fields = input_fields(sources)
+    sink = _Sink(fields, spill)
+    names = [str(f) for f in files]
+    parquet = [is_parquet(f) for f in files]
+    problems: list[Problem] = []
+    n_empty = 0
+    prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False)
+    rows_per_file = []
+    for i, src in enumerate(sources):
+        rows = 0
+        prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
+        for df in iter_chunks(src):
+            rows += df.height
+            empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
+            if empty.any():
+                n_empty += int(empty.sum())
+                df = df.filter(~empty)
+            df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
+            problems = merge_problems(problems, quality_problems(df, names, parquet))
+            sink.add(df, i)
+            prog.step(0, note=src.path.name)
+        rows_per_file.append(rows)
+        prog.step(_size(src.path), note=src.path.name)
+    prog.close()
+    if sink.n == 0:
+        raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
+    if strict and problems:
+        p = problems[0]
+        raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
+    rec = sink.records()
+    srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
+             "rows": r} for s, r in zip(sources, rows_per_file)]
+    dropped = {str(s.path): s.dropped for s in sources if s.dropped}
+    return Bars(sink.names, rec["sym"], rec["day"], rec["file"], rec["row"], rec["v"], fields, files, srcs,
+                problems, n_empty, dropped)
+
+
+def _size(p: Path) -> int:
+    try:
+        return os.path.getsize(p)
+    except OSError:
+        return 0
 
 
 @dataclass
@@ -90,39 +243,6 @@ class IngestReport:
         if not self.problems:
             out.append("problems: none")
         return out
-
-
-def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
-              strict: bool = False, quiet: bool = True) -> Bars:
-    """Read, normalise and validate every input; raise InputError on the first hard error."""
-    files = expand_inputs(list(inputs))
-    sources = [inspect_source(f, user_map) for f in files]   # every header checked before any row is read
-    prog = Progress(len(sources), "reading", enabled=None if not quiet else False)
-    frames = []
-    for i, src in enumerate(sources):
-        df = read_source(src)
-        frames.append(df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file")))
-        prog.step(note=src.path.name)
-    prog.close()
-    df = pl.concat(frames, how="diagonal_relaxed") if len(frames) > 1 else frames[0]
-    prices = [c for c in C.PRICE_FIELDS if c in df.columns]
-    empty = pl.all_horizontal([pl.col(c).is_null() for c in prices])
-    n_empty = int(df.select(empty.sum()).item())
-    if n_empty:
-        df = df.filter(~empty)
-    if df.height == 0:
-        raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
-    names = [str(f) for f in files]
-    parquet = [is_parquet(f) for f in files]
-    problems = quality_problems(df, names, parquet)
-    if strict and problems:
-        p = problems[0]
-        raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
-    fields = order_fields([c for c in df.columns if c not in ("symbol", "date", "_file", "_row")])
-    srcs = [{"path": str(s.path), "bytes": os.path.getsize(s.path), "encoding": s.encoding,
-             "columns": s.mapping, "rows": fr.height} for s, fr in zip(sources, frames)]
-    dropped = {str(s.path): s.dropped for s in sources if s.dropped}
-    return Bars(df, fields, files, srcs, problems, n_empty, dropped)
 
 
 def order_fields(fields: list[str]) -> list[str]:
@@ -161,34 +281,27 @@ def calendar_positions(days: np.ndarray, calendar: np.ndarray, bars: Bars) -> np
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
-        r = bars.df.row(i, named=True)
         extra = np.unique(days[off])
         shown = ", ".join(str(EPOCH + int(d)) for d in extra[:5])
         raise InputError(f"{n} bar(s) on {len(extra)} date(s) not in the calendar ({shown}"
-                         f"{', ...' if len(extra) > 5 else ''}); first: {r['symbol']} {r['date']} "
-                         f"in {bars.files[r['_file']]}")
+                         f"{', ...' if len(extra) > 5 else ''}); first: {bars.names[int(bars.sym[i])]} "
+                         f"{EPOCH + int(days[i])} in {bars.where(i)}")
     return pos
 
 
 def scatter(bars: Bars, sym: np.ndarray, day_pos: np.ndarray, fields: list[str], out: np.ndarray,
-            row_offset: int = 0, day_offset: int = 0) -> None:
-    """Write every bar into ``out[sym, day, field]``.
+            chunk: int = 1 << 20) -> None:
+    """Write every bar into ``out[sym, day, field]`` (fields the input lacks become NaN).
 
-    ``out`` may be a window of a larger panel: bar (s, d) lands at out[s - row_offset, d - day_offset].
+    Works through the bars in chunks, so a spilled (memory-mapped) input is never loaded whole.
     """
-    vals = bars.df.select([pl.col(f).cast(pl.Float32) if f in bars.df.columns
-                           else pl.lit(None, dtype=pl.Float32).alias(f) for f in fields]).to_numpy()
-    out[sym - row_offset, day_pos - day_offset, :] = vals
-
-
-def symbol_codes(col: pl.Series, symbols: list[str], sym_index: dict[str, int] | None = None) -> np.ndarray:
-    """Row of each bar's symbol. ``symbols`` sorted -> vectorised via an Enum; else via ``sym_index``."""
-    if sym_index is None:
-        return col.cast(pl.Enum(symbols)).to_physical().to_numpy().astype(np.int64)
-    uniq = col.unique().to_list()
-    mapping = pl.DataFrame({"symbol": uniq, "_code": [sym_index[s] for s in uniq]})
-    return col.to_frame().join(mapping, on="symbol", how="left", maintain_order="left")["_code"] \
-        .to_numpy().astype(np.int64)
+    src_idx = [bars.fields.index(f) if f in bars.fields else -1 for f in fields]
+    direct = src_idx == list(range(len(bars.fields)))
+    for lo in range(0, len(sym), chunk):
+        v = np.asarray(bars.values[lo: lo + chunk])
+        if not direct:
+            v = np.stack([v[:, j] if j >= 0 else np.full(len(v), np.nan, np.float32) for j in src_idx], axis=1)
+        out[sym[lo: lo + chunk], day_pos[lo: lo + chunk], :] = v
 
 
 def fill_event_factor(panel: np.ndarray, fields: list[str], prev_close: np.ndarray | None = None,
@@ -259,38 +372,59 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet)
-    days = bars.day_numbers()
-    cal = read_calendar(calendar) if calendar else np.unique(days)
-    pos = calendar_positions(days, cal, bars)
-    symbols = bars.symbols
-    fields = list(bars.fields)
-    split, div = adjust.event_columns(fields)
-    if "adj_factor" not in fields and (split or div):
-        fields.append("adj_factor")
-    dates = EPOCH + cal.astype("timedelta64[D]")
+    created = not out.exists()
+    try:
+        version, n_bars, bars, symbols, fields, dates = _build(
+            inputs, out, calendar, umap, strict, quiet, capacity, wait)
+    except BaseException:
+        # Leave no trace of a failed first ingest; an existing store keeps its files untouched.
+        if created and not (out / mf.MANIFEST).exists():
+            shutil.rmtree(out, ignore_errors=True)
+        elif (out / mf.MANIFEST).exists():
+            S.clean_staging(out)
+        raise
+    S.gc(out)
+    return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
+                        str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
+                        bars.dropped_columns, time.perf_counter() - t0)
+
+
+def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, wait):
     with lock.WriterLock(out, wait=wait):
         S.clean_staging(out)
+        # Bars spill into the staging folder: bounded memory however large the input.
+        bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
+                         spill=S.staging_dir(out) / "bars.spill")
+        days = np.asarray(bars.day)
+        cal = read_calendar(calendar) if calendar else np.unique(days)
+        pos = calendar_positions(days, cal, bars)
+        del days
+        symbols = bars.symbols
+        fields = list(bars.fields)
+        split, div = adjust.event_columns(fields)
+        if "adj_factor" not in fields and (split or div):
+            fields.append("adj_factor")
+        dates = EPOCH + cal.astype("timedelta64[D]")
         version, generation, created = S.current_state(out)
-        gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
-        panel = gen.logical()
-        sym = symbol_codes(bars.df["symbol"], symbols)
+        sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
         present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
+        gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity, fill=False)
+        panel = gen.logical()
         scatter(bars, sym, pos, fields, panel)
+        panel[~present] = np.nan   # every cell is written once: a bar, or NaN for no bar
         factor_state = fill_event_factor(panel, fields)
         mf.crashpoint("ingest:filled")
         first, last = S.bar_extent(present)
         data = S.finish_generation(out, gen)
         mf.crashpoint("ingest:data-in-place")
         m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
-                             capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(days),
+                             capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(bars),
                              sources=bars.sources, created_at=None,
                              extra={"calendar_source": str(calendar) if calendar else "union of input dates",
                                     "adj_factor_source": factor_source(bars.fields, fields),
                                     "adj_last_factor": factor_state_list(factor_state)})
         mf.commit(out, m)
+        n_bars = len(bars)
+        bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
         S.clean_staging(out)
-    S.gc(out)
-    return IngestReport(out, version + 1, len(bars.files), len(days), len(symbols), len(cal),
-                        str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0)
+    return version + 1, n_bars, bars, symbols, fields, dates

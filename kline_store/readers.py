@@ -12,7 +12,9 @@ import io
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
+import numpy as np
 import polars as pl
 
 from . import columns as C
@@ -150,9 +152,21 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
 
 
 def _head(src: Source) -> pl.DataFrame | None:
-    """The first rows as text: enough to tell text columns and the date form apart, read once."""
+    """The first rows as text: enough to tell text columns and the date form apart, read once.
+
+    Parses the first 256 KiB only (polars would map the whole file to answer head() on a path).
+    """
     try:
-        return _scan(src, text_only=True).head(1000).collect()
+        if is_parquet(src.path):
+            return _scan(src, text_only=True).head(1000).collect()
+        if src.data is not None:
+            first = src.data[: 256 << 10]
+        else:
+            with open(src.path, "rb") as fh:
+                first = fh.read(256 << 10)
+        if len(first) == 256 << 10:
+            first = first[: first.rfind(b"\n") + 1]
+        return _scan(src, text_only=True, data=first).head(1000).collect()
     except pl.exceptions.PolarsError:
         return None  # the full read will report what is wrong, with a line number
 
@@ -179,8 +193,12 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:300]
 
 
-def _scan(src: Source, text_only: bool, date_fmt: str | None = None) -> pl.LazyFrame:
-    """Lazy frame of the source's kept columns; numeric columns as Float64 unless ``text_only``."""
+def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes | None = None,
+          row_offset: int = 0) -> pl.LazyFrame:
+    """Lazy frame of the source's columns; numeric columns as Float64 unless ``text_only``.
+
+    ``data``: CSV bytes to parse instead of the file (a piece of it); ``row_offset``: its first data row.
+    """
     if is_parquet(src.path):
         lf = pl.scan_parquet(src.path)
     else:
@@ -190,10 +208,13 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None) -> pl.LazyF
                 overrides[s] = pl.Float64
             if date_fmt == "yyyymmdd-int":
                 overrides[src.date_column] = pl.Int64
-        source = io.BytesIO(src.data) if src.data is not None else src.path
+        data = data if data is not None else src.data
+        source = io.BytesIO(data) if data is not None else src.path
+        # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
+        # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES, truncate_ragged_lines=True)
-    return lf.with_row_index("_row")
+                         null_values=C.NULL_VALUES if text_only else None, truncate_ragged_lines=True)
+    return lf.with_row_index("_row", offset=row_offset)
 
 
 def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
@@ -206,40 +227,90 @@ def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
     return out
 
 
-def read_source(src: Source, default_symbol: str | None = None) -> pl.DataFrame:
-    """All rows of one file, normalised (see module docstring). Raises InputError naming file/line/value.
+CHUNK_BYTES = 64 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
+WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
 
-    Fast path: one lazy polars query (typed CSV parse, date conversion, float32 cast) on the streaming
-    engine. Only if it fails is the file re-read as text to find the offending cell.
+
+def read_source(src: Source) -> pl.DataFrame:
+    """All rows of one file as one normalised frame (see :func:`iter_chunks`)."""
+    chunks = list(iter_chunks(src))
+    return chunks[0] if len(chunks) == 1 else pl.concat(chunks)
+
+
+def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
+    """The rows of one file, normalised, in chunks of bounded size (one chunk for small files).
+
+    Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (pl.Date), canonical fields as Float32.
+    Fast path: a typed polars parse of each chunk of whole lines (big CSVs are cut at line ends, each piece
+    parsed with the header in front). Only if it fails is the file re-read as text to find the offending
+    cell, so errors name file, line, column and value.
     """
-    symbol = default_symbol or src.path.name.split(".csv")[0].split(".parquet")[0]
+    symbol = src.path.name.split(".csv")[0].split(".parquet")[0]
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)
     canon = list(src.value_columns.values())
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
+    n = 0
     try:
-        df = finish_values(_scan(src, text_only=False, date_fmt=fmt).select(
-            *keep, *_float_exprs(src, text_only=False)), canon).collect(engine=_engine(src))
+        for piece, first_row in _pieces(src, chunk_bytes):
+            df = finish_values(_scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=first_row)
+                               .select(*keep, *_float_exprs(src, text_only=False)), canon).collect()
+            if df.height:
+                n += df.height
+                yield _finish_chunk(df, src)
     except pl.exceptions.PolarsError:
+        if n:
+            raise _explain_or_generic(src) from None
         text = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
         df = finish_values(text.lazy().select(*keep, *_float_exprs(src, text_only=True)), canon).collect()
-        fmt = None
+        n = df.height
+        if n:
+            yield _finish_chunk(df, src)
     except OSError as exc:
         raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
-    if df.height == 0:
+    if n == 0:
         raise InputError(f"{src.path}: no data rows")
+
+
+def _pieces(src: Source, chunk_bytes: int) -> Iterator[tuple[bytes | None, int]]:
+    """(CSV bytes with the header line in front, index of its first data row), cut at line ends.
+
+    Yields (None, 0) once for Parquet and files up to WHOLE_FILE: polars reads those whole.
+    """
+    size = len(src.data) if src.data is not None else os.path.getsize(src.path)
+    if is_parquet(src.path) or size <= max(chunk_bytes, WHOLE_FILE):
+        yield (src.data, 0)
+        return
+    with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
+        header = fh.readline()
+        row = 0
+        while True:
+            block = fh.read(chunk_bytes)
+            if not block:
+                return
+            if not block.endswith(b"\n"):
+                block += fh.readline()
+            lines = block.count(b"\n")
+            yield header + block, row
+            del block
+            row += lines
+
+
+def _explain_or_generic(src: Source) -> InputError:
+    try:
+        _explain_bad_value(src)
+    except InputError as exc:
+        return exc
+    return InputError(f"{src.path}: cannot parse")
+
+
+def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
     if src.symbol_column and df["symbol"].null_count():
         i = df["symbol"].is_null().arg_max()
         raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: empty symbol in column "
                          f"{src.symbol_column!r}")
-    return df.with_columns(parse_dates(df["_date_raw"], src, fmt)).drop("_date_raw")
-
-
-def _engine(src: Source) -> str:
-    """The streaming engine bounds memory on big files; on small ones its start-up cost dominates."""
-    size = len(src.data) if src.data is not None else os.path.getsize(src.path)
-    return "streaming" if size > 64 << 20 else "auto"
+    return df.with_columns(parse_dates(df["_date_raw"], src, df["_row"])).drop("_date_raw")
 
 
 def finish_values(lf: pl.LazyFrame, canon: list[str]) -> pl.LazyFrame:
@@ -283,27 +354,58 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
     return df
 
 
-def parse_dates(raw: pl.Series, src: Source, fmt: str | None = None) -> pl.Series:
+def parse_dates(raw: pl.Series, src: Source, rows: pl.Series | None = None) -> pl.Series:
     """Dates in any accepted form -> pl.Date: YYYYMMDD integers, ISO, with a time of day, M/D/YYYY, ...
 
-    Long files repeat each date once per symbol, so only the distinct values are parsed.
+    Long files repeat each date once per symbol, so only the distinct values are parsed. ``rows`` gives
+    each value's data row (for messages) when ``raw`` is a chunk of a file.
     """
+    def line(i: int) -> str:
+        return _line(src, rows[i] if rows is not None else i)
+
+    if raw.dtype.is_integer() and not raw.null_count():
+        return _yyyymmdd(raw, src, line)
     uniq = raw.drop_nulls().unique()
-    parsed = _parse_unique_dates(uniq, raw, src, fmt)
+    parsed = _parse_unique_dates(uniq, raw, src, line)
     out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
     if out.null_count():
-        i = out.is_null().arg_max()
-        raise InputError(f"{src.path}: line {_line(src, i)}: missing date in column {src.date_column!r}")
+        raise InputError(f"{src.path}: line {line(out.is_null().arg_max())}: missing date in column "
+                         f"{src.date_column!r}")
     return out.alias("date")
 
 
-def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, fmt: str | None) -> pl.Series:
+def _yyyymmdd(raw: pl.Series, src: Source, line) -> pl.Series:
+    """YYYYMMDD integers -> dates (tushare's trade_date); rejects 20240230 and the like.
+
+    Converts the distinct values only, then gathers through a lookup table indexed by value.
+    """
+    v = raw.to_numpy().astype(np.int64)
+    lo, hi = int(v.min()), int(v.max())
+    uniq = raw.unique().to_numpy().astype(np.int64)
+    y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
+    months = (y - 1970) * 12 + (m - 1)
+    days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
+    back = days.astype("datetime64[M]").astype(np.int64)
+    bad = (m < 1) | (m > 12) | (d < 1) | (back != months) | (y < 1800) | (y > 2200)
+    if bad.any():
+        value = int(uniq[np.flatnonzero(bad)[0]])
+        i = int(np.flatnonzero(v == value)[0])
+        raise InputError(f"{src.path}: line {line(i)}: unparseable date {value} in column "
+                         f"{src.date_column!r} (expected YYYYMMDD)")
+    if hi - lo > 50_000_000:   # cannot happen once validated (1800..2200), but keep the table bounded
+        return raw.replace_strict(pl.Series(uniq), pl.Series(days), return_dtype=pl.Date).alias("date")
+    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
+    table[uniq - lo] = days
+    return pl.Series("date", table[v - lo])
+
+
+def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, line) -> pl.Series:
     name = src.date_column
     dt = uniq.dtype
 
     def fail(value: object, expected: str) -> InputError:
         i = (raw == value).arg_max()
-        return InputError(f"{src.path}: line {_line(src, i)}: unparseable date {value!r} in column {name!r} "
+        return InputError(f"{src.path}: line {line(i)}: unparseable date {value!r} in column {name!r} "
                           f"({expected})")
 
     if dt == pl.Date:

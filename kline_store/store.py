@@ -216,8 +216,12 @@ class NewGeneration:
 
 
 def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: int, n_fields: int,
-                     capacity: int | None = None) -> NewGeneration:
-    """Create a sparse data file in staging and map it; the logical region starts as NaN."""
+                     capacity: int | None = None, fill: bool = True) -> NewGeneration:
+    """Create a sparse data file in staging and map it.
+
+    With ``fill`` the logical region starts as NaN; without, the caller writes every logical cell (a dense
+    panel is cheaper to write once than to prefill and overwrite).
+    """
     cap = capacity or default_capacity(n_dates)
     path = staging_dir(store_dir) / mf.data_file_name(generation)
     size = n_symbols * cap * n_fields * 4
@@ -227,17 +231,16 @@ def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: 
         arr = np.zeros((n_symbols, cap, n_fields), dtype=np.float32)
     else:
         arr = np.memmap(path, dtype=np.float32, mode="r+", shape=(n_symbols, cap, n_fields))
-        arr[:, :n_dates, :] = np.nan
+        if fill:
+            arr[:, :n_dates, :] = np.nan
     return NewGeneration(path, generation, arr, n_dates)
 
 
 def finish_generation(store_dir: Path, gen: NewGeneration) -> dict:
     """Flush, checksum and move the data file into the store; returns the manifest's ``data`` entry."""
     crcs = mf.row_crcs(gen.logical())
-    if isinstance(gen.panel, np.memmap):
-        gen.panel.flush()
     with open(gen.path, "rb+") as fh:
-        os.fsync(fh.fileno())
+        os.fsync(fh.fileno())   # also writes back pages dirtied through the mapping (one page cache)
     final = store_dir / gen.path.name
     os.replace(gen.path, final)
     mf.fsync_dir(store_dir)

@@ -23,12 +23,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import polars as pl
 
 from . import columns as C, lock, manifest as mf, store as S
 from .errors import InputError
-from .convert import (EPOCH, IngestReport, factor_state_list, fill_event_factor, order_fields, read_bars, scatter,
-                     symbol_codes)
+from .convert import EPOCH, Bars, IngestReport, factor_state_list, fill_event_factor, read_bars, scatter
 
 EVENT_FACTOR = "events"
 
@@ -98,15 +96,15 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
             ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
     }
-    return IngestReport(store_dir, version, len(bars.files), bars.df.height, len(plan.symbols), len(cal),
+    return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra)
 
 
-def make_plan(old: S.Store, bars) -> Plan:
+def make_plan(old: S.Store, bars: Bars) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     old_days = (old.dates - EPOCH).astype(np.int64)
-    days = bars.day_numbers().astype(np.int64)
+    days = bars.day.astype(np.int64)
     cal = np.union1d(old_days, days)
     inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
     new_dates = len(cal) - len(old_days)
@@ -116,9 +114,9 @@ def make_plan(old: S.Store, bars) -> Plan:
     new_syms = sorted(s for s in in_symbols if s not in known)
     symbols = old.symbols + new_syms
     index = {s: i for i, s in enumerate(symbols)}
-    sym = symbol_codes(bars.df["symbol"], symbols, index)
+    sym = bars.codes_for(index)
     bars.present_mask(sym, pos, (len(symbols), len(cal)))   # duplicate (symbol, date) check
-    in_fields = order_fields(bars.fields)
+    in_fields = bars.fields
     new_fields = [f for f in in_fields if f not in old.fields]
     fields = old.fields + new_fields
     if "adj_factor" in new_fields and old.manifest.get("adj_factor_source") == EVENT_FACTOR:
@@ -130,10 +128,10 @@ def make_plan(old: S.Store, bars) -> Plan:
     if overlap.any():
         o_pos = np.searchsorted(old_days, days[overlap])
         o_sym = sym[overlap]
-        cols = [f for f in in_fields if f in old.fields and f in bars.df.columns]
+        cols = [f for f in in_fields if f in old.fields]
         fidx = [old.fields.index(f) for f in cols]
         stored = np.asarray(old.panel[o_sym[:, None], o_pos[:, None], np.asarray(fidx)[None, :]])
-        given = bars.df.filter(pl.Series(overlap)).select([pl.col(c).cast(pl.Float32) for c in cols]).to_numpy()
+        given = bars.values[overlap][:, [in_fields.index(c) for c in cols]]
         diff = ~((stored == given) | (np.isnan(stored) & np.isnan(given)))
         per_bar = diff.sum(axis=1)
         if per_bar.any():
@@ -157,7 +155,7 @@ def _event_state(old: S.Store) -> tuple[np.ndarray, np.ndarray]:
     return close, np.array([np.nan if x is None else x for x in state], dtype=np.float64)
 
 
-def write_tail(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
+def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     """Write new days/rows in place beyond every committed version's view; extend checksums; commit."""
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
@@ -219,7 +217,7 @@ def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_
     return state
 
 
-def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
+def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
@@ -230,10 +228,9 @@ def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
     for lo in range(0, old.n_symbols, 256):  # bounded memory: 256 rows at a time
         hi = min(lo + 256, old.n_symbols)
         panel[lo:hi, old_pos, : old.n_fields] = src[lo:hi]
-    given = [f for f in plan.fields if f in bars.df.columns]
-    fidx = np.asarray([plan.fields.index(f) for f in given])
-    vals = bars.df.select([pl.col(f).cast(pl.Float32) for f in given]).to_numpy()
-    panel[plan.sym[:, None], plan.pos[:, None], fidx[None, :]] = vals
+    # Revised bars replace the fields the input has; fields it lacks keep their stored values.
+    fidx = np.asarray([plan.fields.index(f) for f in bars.fields])
+    panel[plan.sym[:, None], plan.pos[:, None], fidx[None, :]] = bars.values
     state = None
     if m.get("adj_factor_source") == EVENT_FACTOR:
         panel[:, :, plan.fields.index("adj_factor")] = np.nan
@@ -248,7 +245,7 @@ def write_rewrite(store_dir: Path, old: S.Store, bars, plan: Plan) -> int:
 
 
 def _commit(store_dir: Path, old: S.Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
-            last: np.ndarray, n_bars: int, bars, factor_state: np.ndarray | None = None) -> int:
+            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None = None) -> int:
     m = old.manifest
     extra = {k: v for k, v in m.items() if k in ("calendar_source", "adj_factor_source")}
     if factor_state is not None:

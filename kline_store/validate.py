@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from .errors import InputError
 
 MAX_EXAMPLES = 3
 
@@ -45,18 +44,18 @@ def describe_row(df: pl.DataFrame, i: int, files: list[str], parquet: list[bool]
     return f"{r['symbol']} {r['date']} ({files[r['_file']]} {where})"
 
 
-def check_duplicates(df: pl.DataFrame, files: list[str], parquet: list[bool]) -> None:
-    """Raise InputError naming the first duplicated (symbol, date) bar and the files it comes from."""
-    dup = df.select(pl.struct("symbol", "date").is_duplicated().alias("d"))["d"]
-    n = int(dup.sum())
-    if not n:
-        return
-    first = df.filter(dup).head(1).row(0, named=True)
-    rows = df.filter((pl.col("symbol") == first["symbol"]) & (pl.col("date") == first["date"]))
-    where = ", ".join(describe_row(rows, i, files, parquet).split(" (", 1)[1].rstrip(")")
-                      for i in range(min(rows.height, 4)))
-    raise InputError(f"duplicate bar: symbol {first['symbol']} date {first['date']} appears {rows.height} times "
-                     f"({where}); {n} duplicated rows in all")
+def merge_problems(acc: list[Problem], new: list[Problem]) -> list[Problem]:
+    """Add the counts of ``new`` (from a later chunk or file) to ``acc``; keep the first examples."""
+    by_kind = {p.kind: p for p in acc}
+    for p in new:
+        if p.kind in by_kind:
+            q = by_kind[p.kind]
+            q.count += p.count
+            q.examples = (q.examples + p.examples)[:MAX_EXAMPLES]
+        else:
+            by_kind[p.kind] = Problem(p.kind, p.description, p.count, list(p.examples))
+    order = list(CHECKS)
+    return sorted(by_kind.values(), key=lambda p: order.index(p.kind))
 
 
 def quality_problems(df: pl.DataFrame, files: list[str], parquet: list[bool]) -> list[Problem]:

@@ -116,3 +116,23 @@ def test_real_quirks(real):
     assert str(czsc["date"][0]) == "2006-11-06" and czsc["symbol"][0] == "000001.SH"
     sp = read(real / "yahoo_mplfinance" / "SP500_NOV2019_Hist.csv")
     assert str(sp["date"][0]) == "2019-11-01"
+
+
+def test_big_file_chunks_match_whole_read(tmp_path):
+    """Cutting a CSV into pieces at line ends gives the same rows, row numbers and errors."""
+    from kline_store import readers
+    lines = ["ts_code,trade_date,close,vol"] + [f"S{i % 7},{20200101 + i % 28},{i}.5,{i}" for i in range(5000)]
+    p = write(tmp_path / "long.csv", "\n".join(lines) + "\n")
+    src = inspect_source(p)
+    whole = list(readers.iter_chunks(src, chunk_bytes=1 << 30))
+    old = readers.WHOLE_FILE
+    readers.WHOLE_FILE = 0
+    try:
+        parts = list(readers.iter_chunks(src, chunk_bytes=4096))
+        assert len(whole) == 1 and len(parts) > 5
+        assert pl.concat(parts).equals(whole[0])
+        bad = write(tmp_path / "bad.csv", "\n".join(lines[:3000] + ["S1,20200105,oops,1"] + lines[3000:]) + "\n")
+        with pytest.raises(InputError, match="line 3001: column 'close': non-numeric value 'oops'"):
+            list(readers.iter_chunks(inspect_source(bad), chunk_bytes=4096))
+    finally:
+        readers.WHOLE_FILE = old
