@@ -25,9 +25,6 @@ from .validate import Problem, merge_problems, quality_problems
 EPOCH = np.datetime64("1970-01-01", "D")
 
 
-RECORD_META = [("sym", "<u4"), ("day", "<i4"), ("file", "<u4"), ("row", "<u4")]
-
-
 @dataclass
 class Bars:
     """Validated bars read from the inputs, as flat arrays (one entry per bar).
@@ -65,7 +62,7 @@ class Bars:
 
     def codes_for(self, rows_of: dict[str, int]) -> np.ndarray:
         """Row of each bar, given a symbol -> row mapping (a store's, or the sorted order of a new one)."""
-        lookup = np.asarray([rows_of[n] for n in self.names], dtype=np.int64)
+        lookup = np.asarray([rows_of[n] for n in self.names], dtype=np.int32)
         return lookup[self.sym]
 
     def where(self, i: int) -> str:
@@ -93,15 +90,20 @@ class Bars:
                          f"({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all")
 
 
+COLUMNS = (("sym", np.uint32), ("day", np.int32), ("file", np.uint32), ("row", np.uint32), ("values", np.float32))
+
+
 class _Sink:
-    """Collects normalised chunks as flat records: in memory, or appended to a spill file."""
+    """Collects normalised chunks as flat columns: in memory, or appended to one spill file per column.
+
+    Column files (not records) so that a pass over one column touches only that column's pages.
+    """
 
     def __init__(self, fields: list[str], spill: Path | None) -> None:
         self.fields = fields
-        self.dtype = np.dtype(RECORD_META + [("v", "<f4", (len(fields),))])
         self.spill = spill
-        self.fh = open(spill, "wb") if spill else None
-        self.parts: list[np.ndarray] = []
+        self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
+        self.parts: dict[str, list[np.ndarray]] = {name: [] for name, _ in COLUMNS}
         self.names: list[str] = []
         self.code: dict[str, int] = {}
         self.n = 0
@@ -123,26 +125,34 @@ class _Sink:
         return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
 
     def add(self, df: pl.DataFrame, file_id: int) -> None:
-        rec = np.empty(df.height, dtype=self.dtype)
-        rec["sym"] = self.symbol_codes(df["symbol"])
-        rec["day"] = df["date"].cast(pl.Int32).to_numpy()
-        rec["file"] = file_id
-        rec["row"] = df["_row"].to_numpy()
-        rec["v"] = df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
-                              for f in self.fields]).to_numpy()
-        if self.fh:
-            rec.tofile(self.fh)
-        else:
-            self.parts.append(rec)
-        self.n += len(rec)
+        cols = {
+            "sym": self.symbol_codes(df["symbol"]),
+            "day": df["date"].cast(pl.Int32).to_numpy(),
+            "file": np.full(df.height, file_id, dtype=np.uint32),
+            "row": df["_row"].to_numpy(),
+            "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
+                                 for f in self.fields]).to_numpy(),
+        }
+        for name, dtype in COLUMNS:
+            arr = np.ascontiguousarray(cols[name], dtype=dtype)
+            if self.fh:
+                arr.tofile(self.fh[name])
+            else:
+                self.parts[name].append(arr)
+        self.n += df.height
 
-    def records(self) -> np.ndarray:
-        if self.fh:
-            self.fh.close()
-            if self.n == 0:
-                return np.empty(0, dtype=self.dtype)
-            return np.memmap(self.spill, dtype=self.dtype, mode="r", shape=(self.n,))
-        return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=self.dtype)
+    def columns(self) -> dict[str, np.ndarray]:
+        nf = len(self.fields)
+        out = {}
+        for name, dtype in COLUMNS:
+            shape = (self.n, nf) if name == "values" else (self.n,)
+            if self.fh:
+                self.fh[name].close()
+                out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
+                             if self.n else np.empty(shape, dtype))
+            else:
+                out[name] = (np.concatenate(self.parts[name]) if self.parts[name] else np.empty(shape, dtype))
+        return out
 
 
 def input_fields(sources: list) -> list[str]:
@@ -195,11 +205,11 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     if strict and problems:
         p = problems[0]
         raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
-    rec = sink.records()
+    col = sink.columns()
     srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
              "rows": r} for s, r in zip(sources, rows_per_file)]
     dropped = {str(s.path): s.dropped for s in sources if s.dropped}
-    return Bars(sink.names, rec["sym"], rec["day"], rec["file"], rec["row"], rec["v"], fields, files, srcs,
+    return Bars(sink.names, col["sym"], col["day"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped)
 
 
@@ -293,15 +303,28 @@ def scatter(bars: Bars, sym: np.ndarray, day_pos: np.ndarray, fields: list[str],
             chunk: int = 1 << 20) -> None:
     """Write every bar into ``out[sym, day, field]`` (fields the input lacks become NaN).
 
-    Works through the bars in chunks, so a spilled (memory-mapped) input is never loaded whole.
+    Works through the bars in chunks; when ``out`` is a memory map, its written pages are synced and
+    released after each chunk, so resident memory stays bounded by the chunk, not the panel.
     """
     src_idx = [bars.fields.index(f) if f in bars.fields else -1 for f in fields]
     direct = src_idx == list(range(len(bars.fields)))
     for lo in range(0, len(sym), chunk):
-        v = np.asarray(bars.values[lo: lo + chunk])
+        v = np.array(bars.values[lo: lo + chunk])
         if not direct:
             v = np.stack([v[:, j] if j >= 0 else np.full(len(v), np.nan, np.float32) for j in src_idx], axis=1)
         out[sym[lo: lo + chunk], day_pos[lo: lo + chunk], :] = v
+        if len(sym) > chunk:
+            S.release(out)
+            S.release(bars.values)
+
+
+def fill_missing(panel: np.ndarray, present: np.ndarray, rows: int = 256) -> None:
+    """NaN in every cell without a bar (each cell is written once: a bar or NaN), a block of rows at a time."""
+    for lo in range(0, panel.shape[0], rows):
+        block = panel[lo: lo + rows]
+        block[~present[lo: lo + rows]] = np.nan
+        if panel.shape[0] > rows:
+            S.release(panel)
 
 
 def fill_event_factor(panel: np.ndarray, fields: list[str], prev_close: np.ndarray | None = None,
@@ -397,7 +420,7 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, wait):
                          spill=S.staging_dir(out) / "bars.spill")
         days = np.asarray(bars.day)
         cal = read_calendar(calendar) if calendar else np.unique(days)
-        pos = calendar_positions(days, cal, bars)
+        pos = calendar_positions(days, cal, bars).astype(np.int32)
         del days
         symbols = bars.symbols
         fields = list(bars.fields)
@@ -411,7 +434,7 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, wait):
         gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity, fill=False)
         panel = gen.logical()
         scatter(bars, sym, pos, fields, panel)
-        panel[~present] = np.nan   # every cell is written once: a bar, or NaN for no bar
+        fill_missing(panel, present)
         factor_state = fill_event_factor(panel, fields)
         mf.crashpoint("ingest:filled")
         first, last = S.bar_extent(present)

@@ -7,6 +7,7 @@ version sees. Committed bytes are never modified, so an open Store is a stable s
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import zlib
@@ -186,6 +187,17 @@ def verify_store(path: str | os.PathLike) -> list[str]:
 # --------------------------------------------------------------------------- writing
 
 
+def release(arr: np.ndarray) -> None:
+    """Write back and unmap the resident pages of a memory-mapped array (no-op for plain arrays)."""
+    base = arr
+    while base is not None and not isinstance(base, np.memmap):
+        base = base.base
+    mm = getattr(base, "_mmap", None)
+    if mm is not None:
+        mm.flush()
+        mm.madvise(mmap.MADV_DONTNEED)
+
+
 def staging_dir(store_dir: Path) -> Path:
     d = store_dir / STAGING
     d.mkdir(parents=True, exist_ok=True)
@@ -238,14 +250,19 @@ def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: 
 
 def finish_generation(store_dir: Path, gen: NewGeneration) -> dict:
     """Flush, checksum and move the data file into the store; returns the manifest's ``data`` entry."""
-    crcs = mf.row_crcs(gen.logical())
+    logical = gen.logical()
+    parts = [np.zeros(0, np.uint32)]
+    for lo in range(0, logical.shape[0], 256):   # a block of rows at a time, pages released behind us
+        parts.append(mf.row_crcs(logical[lo: lo + 256]))
+        release(gen.panel)
     with open(gen.path, "rb+") as fh:
         os.fsync(fh.fileno())   # also writes back pages dirtied through the mapping (one page cache)
     final = store_dir / gen.path.name
     os.replace(gen.path, final)
     mf.fsync_dir(store_dir)
     return {"file": final.name, "generation": gen.generation, "rows": int(gen.panel.shape[0]),
-            "size": int(gen.panel.size * 4), "row_crc32": crcs.tolist(), "checksum": mf.file_checksum(crcs)}
+            "size": int(gen.panel.size * 4), "row_crc32": (crcs := np.concatenate(parts)).tolist(),
+            "checksum": mf.file_checksum(crcs)}
 
 
 def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: np.ndarray, fields: Sequence[str],
