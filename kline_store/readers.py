@@ -253,9 +253,10 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
     n = 0
     try:
-        for piece, first_row in _pieces(src, chunk_bytes):
-            df = finish_values(_scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=first_row)
+        for piece in _pieces(src, chunk_bytes):
+            df = finish_values(_scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n)
                                .select(*keep, *_float_exprs(src, text_only=False)), canon).collect()
+            del piece
             if df.height:
                 n += df.height
                 yield _finish_chunk(df, src)
@@ -273,28 +274,32 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
         raise InputError(f"{src.path}: no data rows")
 
 
-def _pieces(src: Source, chunk_bytes: int) -> Iterator[tuple[bytes | None, int]]:
-    """(CSV bytes with the header line in front, index of its first data row), cut at line ends.
+def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
+    """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each.
 
-    Yields (None, 0) once for Parquet and files up to WHOLE_FILE: polars reads those whole.
+    Yields None once for Parquet and files up to WHOLE_FILE: polars reads those whole.
     """
     size = len(src.data) if src.data is not None else os.path.getsize(src.path)
     if is_parquet(src.path) or size <= max(chunk_bytes, WHOLE_FILE):
-        yield (src.data, 0)
+        yield src.data
         return
     with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
         header = fh.readline()
-        row = 0
+        carry = b""
         while True:
             block = fh.read(chunk_bytes)
+            data = memoryview(carry + block if carry else block)
             if not block:
+                if len(data):
+                    yield b"".join((header, data))
                 return
-            if not block.endswith(b"\n"):
-                block += fh.readline()
-            lines = block.count(b"\n")
-            yield header + block, row
-            del block
-            row += lines
+            cut = bytes(data[-65536:]).rfind(b"\n")
+            if cut < 0:                       # a line longer than 64 KiB: read on
+                carry = bytes(data)
+                continue
+            cut += len(data) - min(len(data), 65536) + 1
+            carry = bytes(data[cut:])
+            yield b"".join((header, data[:cut]))   # the one copy of each piece
 
 
 def _explain_or_generic(src: Source) -> InputError:
