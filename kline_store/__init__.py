@@ -20,6 +20,9 @@ _LAZY = {
     "KlineDataset": ("kline_store.dataset", "KlineDataset"),
     "CrossSectionDataset": ("kline_store.dataset", "CrossSectionDataset"),
     "make_splits": ("kline_store.dataset", "make_splits"),
+    "Splits": ("kline_store.dataset", "Splits"),
+    "gather_windows": ("kline_store.dataset", "gather_windows"),
+    "KlineLoader": ("kline_store.loader", "KlineLoader"),
     "watch": ("kline_store.meter", "watch"),
 }
 
