@@ -58,7 +58,8 @@ def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
         config: a partial or full configuration dict (keys as in the module docstring).
 
     Returns:
-        A new dict with exactly the keys backend, num_workers, prefetch, pin_memory.
+        A new dict with exactly the keys backend, num_workers, prefetch, pin_memory (backend "threads" when
+        there are no workers: both backends then gather in the consumer).
 
     Raises:
         InputError: unknown key, unknown backend, or a negative/zero count.
@@ -76,6 +77,8 @@ def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
     out["num_workers"] = int(out["num_workers"])
     out["prefetch"] = int(out["prefetch"])
     out["pin_memory"] = bool(out["pin_memory"])
+    if out["num_workers"] == 0:
+        out["backend"] = "threads"  # no workers: batches are gathered in the consumer, whatever the backend
     return out
 
 

@@ -160,3 +160,43 @@ def test_measure_throughput_counts_samples_with_fake_clock():
     # 3 warm-up batches (clock starts at t=1.5), then 4 samples per 0.5 s until 2 s have passed
     assert tn.measure_throughput(make, seconds=2.0, clock=clock) == pytest.approx(8.0)
     assert tn.measure_throughput(lambda: iter([]), seconds=1.0, clock=clock) == 0.0
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    from kline_store.store import create_store
+
+    rng = np.random.default_rng(1)
+    n_sym, n_dates = 4, 150
+    fields = ["open", "high", "low", "close", "volume"]
+    panel = rng.uniform(1, 2, (n_sym, n_dates, len(fields))).astype(np.float32)
+    dates = np.arange(np.datetime64("2022-01-01"), np.datetime64("2022-01-01") + n_dates)
+    path = tmp_path_factory.mktemp("tune") / "st"
+    create_store(path, panel, [f"S{i}" for i in range(n_sym)], dates, fields)
+    return path
+
+
+def test_real_search_on_small_store(small_store):
+    res = tn.tune(small_store, 8, 32, seconds=0.05, cores=2)
+    stages = [t.stage for t in res.trials]
+    assert stages[0] == "workers" and "threads" in stages  # the ladder ran, then threads were tried
+    assert all(t.samples_per_s > 0 for t in res.trials)
+    assert res.best in res.trials and res.saved_to == small_store / "tune.json"
+    from kline_store import KlineDataset
+
+    ds = KlineDataset(small_store, window=8)
+    assert ds.loader(batch_size=32, config="auto").config == res.best.config
+
+
+def test_cli_tune_prints_table_and_json(small_store):
+    from conftest import run_cli
+
+    r = run_cli("tune", str(small_store), "--window", "8", "--batch-size", "16", "--seconds", "0.05",
+                "--no-save", "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    chosen = [t for t in data["trials"] if t["chosen"]]
+    assert data["saved_to"] is None and len(chosen) == 1 and len(data["trials"]) >= 3
+    assert {k: chosen[0][k] for k in data["recommended"]} == data["recommended"]
+    r = run_cli("tune", str(small_store), "--window", "0", "--batch-size", "16")
+    assert r.returncode == 1 and "window and batch size must be >= 1" in r.stderr

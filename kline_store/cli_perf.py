@@ -1,0 +1,97 @@
+"""`kline-store tune` and `kline-store bench`: parse arguments, call kline_store.tune / kline_store.bench, print.
+
+cli.py registers these with ``cli.add_command``. torch is imported only when a command runs.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from .errors import InputError
+
+__all__ = ["bench", "tune"]
+
+
+def _split_fields(fields: str | None) -> list[str] | None:
+    return [f.strip() for f in fields.split(",") if f.strip()] if fields else None
+
+
+@click.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--window", "-w", type=int, required=True, help="Window length (dates per sample).")
+@click.option("--batch-size", "-b", type=int, required=True, help="Batch size.")
+@click.option("--device", default="cpu", show_default=True, help="Where batches go: cpu, cuda, cuda:1.")
+@click.option("--fields", help="Comma-separated fields (default: all).")
+@click.option("--seconds", type=float, default=1.0, show_default=True, help="Measuring time per configuration.")
+@click.option("--no-save", is_flag=True, help="Do not save the recommendation.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -> None:
+    """Search workers, prefetch depth, pinning and threads vs processes; save the best for config="auto"."""
+    from .tune import tune as run
+
+    rows: list[object] = []
+
+    def row(t) -> None:
+        if as_json:
+            return
+        if not rows:  # the header once the arguments have been accepted
+            click.echo(f"{'stage':<9}{'backend':<10}{'workers':>7}{'prefetch':>9}{'pinned':>7}{'samples/s':>14}")
+        rows.append(t)
+        c = t.config
+        backend = c["backend"] if c["num_workers"] else "inline"
+        click.echo(f"{t.stage:<9}{backend:<10}{c['num_workers']:>7}{c['prefetch']:>9}"
+                   f"{str(c['pin_memory']):>7}{t.samples_per_s:>14,.0f}")
+
+    res = run(store, window, batch_size, device=device, fields=_split_fields(fields), seconds=seconds,
+              save=not no_save, progress=row)
+    if as_json:
+        click.echo(json.dumps(res.as_dict(), indent=1))
+        return
+    c = res.best.config
+    click.echo(f"recommended: backend={c['backend'] if c['num_workers'] else 'inline'} "
+               f"num_workers={c['num_workers']} prefetch={c['prefetch']} "
+               f"pin_memory={c['pin_memory']} ({res.best.samples_per_s:,.0f} samples/s)")
+    if res.saved_to:
+        click.echo(f"saved to {res.saved_to} [{res.key}]; ds.loader(config=\"auto\") uses it")
+
+
+@click.command()
+@click.argument("store", type=click.Path(exists=True, file_okay=False))
+@click.option("--window", "-w", type=int, default=64, show_default=True, help="Window length.")
+@click.option("--fields", help="Comma-separated fields (default: the store's first 6).")
+@click.option("--batch-size", "-b", type=int, default=256, show_default=True, help="Batch size of every variant.")
+@click.option("--samples", type=int, default=1_000_000, show_default=True,
+              help="Target sample count (kline-store's loader runs all of it).")
+@click.option("--classic-samples", type=int, default=20_000, show_default=True,
+              help="Samples timed per classic variant, extrapolated to --samples.")
+@click.option("--only", multiple=True, help="Run only these variants (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG bar chart (needs matplotlib).")
+def bench(store, window, fields, batch_size, samples, classic_samples, only, as_json, plot) -> None:
+    """Compare classic loading recipes with kline-store's loader on STORE, against memcpy."""
+    from .bench import VARIANTS, format_table
+    from .bench import bench as run
+    from .bench import plot as draw
+
+    if plot:  # fail before minutes of measuring, not after
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--plot needs matplotlib: pip install 'kline-store[plot]'") from None
+
+    def row(r) -> None:
+        if not as_json:
+            click.echo(f"  {r.name:<16}{r.samples_per_s:>14,.0f} samples/s", err=True)
+
+    res = run(store, window=window, fields=_split_fields(fields), batch_size=batch_size, samples=samples,
+              classic_samples=classic_samples, variants=list(only) or VARIANTS, progress=row)
+    if as_json:
+        click.echo(json.dumps(res.as_dict(), indent=1))
+    else:
+        click.echo(format_table(res))
+    if plot:
+        out = draw(res, plot)
+        if not as_json:
+            click.echo(f"plot written to {out}")
