@@ -30,6 +30,7 @@ deliberate copy: the days the samples read, once, where the batches are gathered
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Sequence
@@ -642,11 +643,24 @@ class KlineDataset(torch.utils.data.Dataset):
         return dict(stats)
 
     # -- placement hooks (device.py) ---------------------------------------------
+    def _resident_fields(self) -> tuple[list[int], _Plan]:
+        """Store fields a resident copy keeps (x's fields first, in x order, then close/adj/label), and the
+        gather plan renumbered for that compact copy: x becomes one contiguous range, the fast gather."""
+        p = self._plan
+        extra = [f for f in (p.close, p.adj, p.label_field) if f is not None and f not in p.x_fields]
+        keep = list(p.x_fields) + list(dict.fromkeys(extra))
+        at = {f: i for i, f in enumerate(keep)}
+        k = len(p.x_fields)
+        plan = dataclasses.replace(
+            p, x_fields=list(range(k)), x_range=(0, k), close=at.get(p.close), adj=at.get(p.adj),
+            label_field=at.get(p.label_field))
+        return keep, plan
+
     def panel_nbytes(self) -> int:
-        """Bytes of the panel a resident copy holds (all fields, the days samples read)."""
+        """Bytes of the panel a resident copy holds (the fields samples use, the days they read)."""
         d0, d1 = self.day_span()
-        st = self.store
-        return st.n_symbols * (d1 - d0) * st.n_fields * 4
+        keep, _ = self._resident_fields()
+        return self.store.n_symbols * (d1 - d0) * len(keep) * 4
 
     def to_device(self, device: torch.device | str, pin: bool = False
                   ) -> Callable[..., dict[str, torch.Tensor]]:
@@ -658,12 +672,14 @@ class KlineDataset(torch.utils.data.Dataset):
         dev = torch.device(device)
         st = self.store
         d0, d1 = self.day_span()
-        host = torch.from_numpy(np.ascontiguousarray(st.panel[:, d0:d1, :]))
+        keep, plan = self._resident_fields()
+        # Only the days and fields samples use, laid out so that x's fields are contiguous.
+        host = torch.from_numpy(np.ascontiguousarray(st.panel[:, d0:d1][:, :, keep]))
         if pin:
             host = host.pin_memory()
         panel_t = host.reshape(-1).to(dev)
         bars = torch.from_numpy(self._bars).to(dev) if self._bars is not None else None
-        g = _Gatherer(self._plan, panel_t, (d1 - d0) * st.n_fields, st.n_fields, d0, bars, self._stats_t(dev))
+        g = _Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
         valid = torch.from_numpy(self._index()).to(dev)
         nd = st.n_dates
 

@@ -364,3 +364,20 @@ def test_resident_gather_matches_cpu_gather(small):
         d0, d1 = ds.day_span()
         assert ds.panel_nbytes() == 8 * (d1 - d0) * 6 * 4
         assert d0 >= 19 - 6 or opts.get("days") == "symbol"  # only the days samples read
+
+
+def test_resident_copy_keeps_only_used_fields_and_matches(small, split7):
+    """A resident copy holds x's fields side by side (plus close/adj/label) and gathers the same batches."""
+    cases = [(small, dict(fields=["close", "open"])), (small, dict(fields=["volume"], label="high")),
+             (small, dict(fields=["low", "high"], normalize="window")),
+             (split7, dict(adjust="forward")), (split7, dict(fields=["volume", "open"], adjust="backward"))]
+    for path, opts in cases:
+        ds = KlineDataset(path, window=6, horizon=2, **opts)
+        gather = ds.to_device("cpu")
+        idx = np.arange(len(ds))[::-1].copy()
+        a, b = gather(torch.from_numpy(idx)), ds.gather_batch(idx)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), opts
+        keep = set(ds.fields) | ({"close"} if opts.get("label", "return") in ("return",) else {opts["label"]})
+        keep |= {"adj_factor"} if opts.get("adjust", "none") != "none" else set()
+        d0, d1 = ds.day_span()
+        assert ds.panel_nbytes() == ds.store.n_symbols * (d1 - d0) * len(keep) * 4, opts
