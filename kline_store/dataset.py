@@ -656,6 +656,11 @@ class KlineDataset(torch.utils.data.Dataset):
             label_field=at.get(p.label_field))
         return keep, plan
 
+    def memmap_is_compact(self) -> bool:
+        """True when x takes all of the store's fields in store order: the memmap already has the fast layout
+        (each window one contiguous run), so a resident copy on the CPU would buy nothing."""
+        return self._plan.x_fields == list(range(self.store.n_fields))
+
     def panel_nbytes(self) -> int:
         """Bytes of the panel a resident copy holds (the fields samples use, the days they read)."""
         d0, d1 = self.day_span()

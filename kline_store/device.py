@@ -71,12 +71,16 @@ def choose_placement(
     host_available: int | None = None,
     device_fraction: float = DEVICE_FRACTION,
     pinned_fraction: float = PINNED_FRACTION,
+    layout_gain: bool = False,
 ) -> str:
     """Where the panel (selected fields and date range) should live.
 
     ``auto`` picks ``device`` when the panel fits in ``device_fraction`` of the free device memory, else
     ``pinned`` when it fits in ``pinned_fraction`` of the available host memory, else ``memmap``. Without CUDA,
-    ``auto`` is ``memmap``: the page cache already holds the file in RAM, a copy would only double it.
+    ``auto`` is ``memmap`` (the page cache already holds the file in RAM, a copy would only double it) unless
+    ``layout_gain``: the samples use a subset of the store's fields, so the memmap gather copies strided
+    rows while a compact RAM copy (those fields side by side, ``device`` on the CPU) is gathered about 1.5-2x
+    faster; then the copy is made when it fits in ``pinned_fraction`` of the available host memory.
 
     Args:
         nbytes: bytes of the panel to place.
@@ -84,6 +88,7 @@ def choose_placement(
         requested: "auto", or a placement to force.
         device_free: free device memory in bytes (None: unknown, treated as 0).
         host_available: available host memory in bytes (None: unknown, treated as 0).
+        layout_gain: a compact copy would have a faster layout than the memmap (CPU only).
         device_fraction: share of free device memory the panel may use.
         pinned_fraction: share of available host memory the pinned panel may use.
 
@@ -103,7 +108,7 @@ def choose_placement(
     if requested != "auto":
         return requested
     if not cuda:
-        return "memmap"
+        return "device" if layout_gain and nbytes <= (host_available or 0) * pinned_fraction else "memmap"
     if nbytes <= (device_free or 0) * device_fraction:
         return "device"
     if nbytes <= (host_available or 0) * pinned_fraction:
@@ -824,6 +829,9 @@ def wrap_loader(
     if placement == "auto" and cuda and source.fixed_shape:
         chosen = choose_placement(source.panel_nbytes(), cuda=True, device_free=device_free_bytes(dev),
                                   host_available=host_available_bytes())
+    elif placement == "auto" and source.fixed_shape and not getattr(dataset, "memmap_is_compact", lambda: True)():
+        chosen = choose_placement(source.panel_nbytes(), cuda=False, host_available=host_available_bytes(),
+                                  layout_gain=True)
     else:
         chosen = choose_placement(0, cuda=cuda, requested="memmap" if placement == "auto" else placement)
     return DeviceLoader(loader, source, dev, chosen, cfg)

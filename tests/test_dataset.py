@@ -381,3 +381,16 @@ def test_resident_copy_keeps_only_used_fields_and_matches(small, split7):
         keep |= {"adj_factor"} if opts.get("adjust", "none") != "none" else set()
         d0, d1 = ds.day_span()
         assert ds.panel_nbytes() == ds.store.n_symbols * (d1 - d0) * len(keep) * 4, opts
+
+
+def test_cpu_auto_placement_copies_only_for_a_better_layout(small):
+    all_fields = KlineDataset(small, window=6)
+    assert all_fields.memmap_is_compact()
+    assert all_fields.loader(batch_size=8, device="cpu").placement == "memmap"
+    subset = KlineDataset(small, window=6, fields=["close", "volume"])
+    assert not subset.memmap_is_compact()
+    ld = subset.loader(batch_size=8, device="cpu")
+    assert ld.placement == "device"
+    ref = subset.loader(batch_size=8, device="cpu", placement="memmap")
+    for a, b in zip(ld, ref):
+        assert all(torch.equal(a[k], b[k]) for k in a)

@@ -34,6 +34,9 @@ def test_auto_placement_with_cuda(nbytes, free, avail, expect):
 
 def test_placement_without_cuda_and_forced():
     assert dv.choose_placement(1, cuda=False, device_free=None, host_available=64 * GB) == "memmap"
+    # CPU: a compact RAM copy only when it buys a layout (a subset of fields) and fits
+    assert dv.choose_placement(GB, cuda=False, host_available=64 * GB, layout_gain=True) == "device"
+    assert dv.choose_placement(20 * GB, cuda=False, host_available=64 * GB, layout_gain=True) == "memmap"
     assert dv.choose_placement(100 * GB, cuda=True, requested="device", device_free=0) == "device"
     assert dv.choose_placement(1, cuda=False, requested="device") == "device"
     assert dv.choose_placement(1, cuda=True, requested="memmap", device_free=80 * GB) == "memmap"
