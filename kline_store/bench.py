@@ -345,8 +345,15 @@ def bench(
     settings["kline_store_config"] = loader_config
     settings["kline_store_config_source"] = "tuned" if tuned else ("default" if config in (None, "auto") else "given")
     labels = dict(LABELS)
-    labels["kline_store"] = (f"kline-store loader (device=cpu, {loader_config['backend']} "
-                             f"x{loader_config['num_workers']}, prefetch {loader_config['prefetch']})")
+    if "kline_store" in variants:
+        from .dataset import KlineDataset
+
+        probe = KlineDataset(store, window=window, fields=names)
+        settings["kline_store_placement"] = placement = probe.loader(batch_size=batch_size, device="cpu",
+                                                                     config=loader_config).placement
+        labels["kline_store"] = (f"kline-store loader (device=cpu, placement {placement}, "
+                                 f"{loader_config['backend']} x{loader_config['num_workers']}, "
+                                 f"prefetch {loader_config['prefetch']})")
 
     rows: list[BenchRow] = []
     for name in variants:
