@@ -14,13 +14,16 @@ PY="$VENV/bin/python"
 STAMP="$VENV/.kline-store-installed"
 WANT="$(cat pyproject.toml scripts/_env.sh | sha256sum | cut -c1-16)"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "installing kline-store and its dependencies into $VENV" >&2
-  "$PY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null 2>&1 || true
+  echo "installing kline-store and its dependencies into $VENV (log: $VENV/install.log)" >&2
+  LOG="$VENV/install.log"
+  : > "$LOG"
+  pipq() { "$PY" -m pip install -q --disable-pip-version-check "$@" >>"$LOG" 2>&1 || { tail -20 "$LOG" >&2; echo "install failed: see $LOG" >&2; exit 1; }; }
+  "$PY" -m pip install -q --disable-pip-version-check --upgrade pip >>"$LOG" 2>&1 || true
   if ! "$PY" -c "import torch" >/dev/null 2>&1; then
     # shellcheck disable=SC2086
-    "$PY" -m pip install -q --disable-pip-version-check ${KLINE_TORCH:-torch==2.13.0}
+    pipq ${KLINE_TORCH:-torch==2.13.0}
   fi
-  "$PY" -m pip install -q --disable-pip-version-check -e ".[test,plot]"
+  pipq -e ".[test,plot]"
   echo "$WANT" > "$STAMP"
 fi
 export PATH="$VENV/bin:$PATH"
