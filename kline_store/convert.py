@@ -196,7 +196,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
             df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
             problems = merge_problems(problems, quality_problems(df, names, parquet))
             sink.add(df, i)
-            prog.step(0, note=src.path.name)
+            prog.step(0, note=f"{src.path.name}: {rows:,} rows")
         rows_per_file.append(rows)
         prog.step(_size(src.path), note=src.path.name)
     prog.close()
