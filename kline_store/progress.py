@@ -20,7 +20,9 @@ class Progress:
         self._last = now
         width = 30
         fill = int(width * self.done / self.total)
-        sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {self.done}/{self.total} {note[:40]:<40}")
+        count = (f"{self.done / 2**20:,.0f}/{self.total / 2**20:,.0f} MiB" if self.total >= 1 << 20
+                 else f"{self.done}/{self.total}")
+        sys.stderr.write(f"\r{self.label} [{'#' * fill}{'.' * (width - fill)}] {count} {note[:40]:<40}")
         sys.stderr.flush()
 
     def close(self) -> None:
