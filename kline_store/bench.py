@@ -208,7 +208,7 @@ class PreadDataset:
         s, t = int(lay.sym[i]), int(lay.end[i])
         offset = ((s * lay.capacity) + t - lay.window + 1) * lay.n_fields * 4
         buf = os.pread(self._fd, lay.window * lay.n_fields * 4, offset)
-        rows = np.frombuffer(buf, dtype=np.float32).reshape(lay.window, lay.n_fields)
+        rows = np.frombuffer(bytearray(buf), dtype=np.float32).reshape(lay.window, lay.n_fields)  # writable
         return torch.from_numpy(np.ascontiguousarray(lay.pick(rows)))
 
     def __del__(self) -> None:

@@ -240,9 +240,10 @@ class IngestReport:
     extra: dict = field(default_factory=dict)
 
     def lines(self) -> list[str]:
-        out = [f"store {self.store} (version {self.version}): {self.n_bars} bars, {self.n_symbols} symbols, "
-               f"{self.n_dates} dates {self.start}..{self.end}, fields {' '.join(self.fields)}; "
-               f"{self.n_files} file(s) in {self.seconds:.2f}s"]
+        what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
+        out = [f"store {self.store} (version {self.version}): {what} {self.n_bars} bars from {self.n_files} file(s) "
+               f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} dates {self.start}..{self.end}, "
+               f"fields {' '.join(self.fields)}"]
         for k, v in self.extra.items():
             out.append(f"{k}: {v}")
         if self.skipped_empty:

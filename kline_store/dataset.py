@@ -365,7 +365,7 @@ class KlineDataset(torch.utils.data.Dataset):
         store = path if isinstance(path, Store) else None
         self.path = Path(store.path if store is not None else path)
         self.params: dict[str, Any] = {
-            "window": int(window), "fields": list(fields) if fields is not None else None, "horizon": int(horizon),
+            "window": int(window), "fields": ([fields] if isinstance(fields, str) else list(fields)) if fields is not None else None, "horizon": int(horizon),
             "start": start, "end": end, "label": label, "adjust": adjust, "normalize": normalize,
             "missing": missing, "max_missing": max_missing, "days": days}
         if store is not None:

@@ -40,7 +40,13 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
         elif p.is_file():
             files.append(p)
         elif any(ch in s for ch in "*?["):
-            found = sorted(Path(f) for f in _glob.glob(s, recursive=True) if Path(f).is_file())
+            found = []
+            for m in sorted(_glob.glob(s, recursive=True)):
+                mp = Path(m)
+                if mp.is_dir():
+                    found.extend(sorted(f for f in mp.rglob("*") if f.is_file() and _is_data_file(f)))
+                elif mp.is_file():
+                    found.append(mp)
             if not found:
                 raise InputError(f"{s}: pattern matches no file")
             files.extend(found)

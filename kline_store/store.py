@@ -171,7 +171,16 @@ def open_store(path: str | os.PathLike, version: int | None = None, verify: bool
 
 
 def verify_store(path: str | os.PathLike) -> list[str]:
-    """All problems found in a store (empty list when it is intact). Never raises for damage."""
+    """All problems found in a store (empty list when it is intact). Never raises for damage.
+
+    Raises:
+        StoreError: ``path`` is not a store at all (missing, or no manifest): nothing to verify.
+    """
+    p = Path(path)
+    if not p.is_dir():
+        raise StoreError(f"{p}: no such store")
+    if not (p / mf.MANIFEST).exists():
+        raise StoreError(f"{p}: not a kline-store store (no {mf.MANIFEST})")
     try:
         st = open_store(path, verify=False)
     except StoreError as exc:

@@ -87,7 +87,8 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     cal = EPOCH + plan.calendar.astype("timedelta64[D]")
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
-        "mode": ("dry run, would " + plan.mode) if dry_run else plan.mode,
+        "mode": (("dry run, would " + plan.mode) if plan.mode != "none" else "dry run: nothing new")
+                if dry_run else plan.mode,
         "why": plan.reason,
         "new dates": plan.new_dates,
         "new symbols": f"{len(plan.new_symbols)}" + (f" ({', '.join(plan.new_symbols[:10])}"

@@ -87,6 +87,14 @@ def pick_device(name: str) -> torch.device:
     return dev
 
 
+def _placement(loader, device) -> str:
+    """The placement in words: "device" on a CPU is a RAM copy of the fields used, not a GPU."""
+    p = getattr(loader, "placement", "?")
+    if p == "device" and torch.device(device).type == "cpu":
+        return "device (a RAM copy of the fields used; no GPU)"
+    return p
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.manual_seed(args.seed)
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict:
                        device=device, placement=args.placement, config=config)
     print(f"store {args.store}: {len(ds):,} windows of {args.window} x {ds.fields}; model {args.model} "
           f"(hidden {args.hidden}, {sum(p.numel() for p in model.parameters()):,} params) on {device}; "
-          f"placement {getattr(loader, 'placement', '?')}, loader config {getattr(loader, 'config', None)}",
+          f"placement {_placement(loader, device)}, loader config {getattr(loader, 'config', None)}",
           flush=True)
 
     meter = watch(loader, warmup=2)

@@ -32,6 +32,7 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
     dup = write(tmp_path / "dup.csv", "symbol,date,close\nA,2024-01-02,1\nA,2024-01-02,2\n")
     one_line_error(run_cli("ingest", str(dup), "-o", out), "duplicate bar: symbol A date 2024-01-02")
     one_line_error(run_cli("info", str(tmp_path / "nothing")), "no such store")
+    one_line_error(run_cli("verify", str(tmp_path)), "error:", "not a kline-store store")
     one_line_error(run_cli("append", str(tmp_path / "nothing"), str(dup)), "no such store")
     one_line_error(run_cli("ingest", "-o", out), "Missing argument")
     assert not (tmp_path / "s" / "manifest.json").exists()
@@ -40,7 +41,8 @@ def test_bad_inputs_are_one_line_errors(tmp_path):
 def test_ingest_info_export_verify(real, tmp_path):
     s = str(tmp_path / "s")
     r = run_cli("ingest", str(real / "tushare_daily"), "-o", s)
-    assert r.returncode == 0 and "12120 bars, 10 symbols" in r.stdout and r.stderr == ""
+    assert r.returncode == 0 and "stored 12120 bars from 10 file(s)" in r.stdout and "10 symbols" in r.stdout
+    assert r.stderr == ""
     info = json.loads(run_cli("info", s, "--json").stdout)
     assert {"symbols", "fields", "start", "end", "n_dates"} <= set(info)
     assert info["start"] == "2020-01-02" and info["end"] == "2024-12-31" and len(info["symbols"]) == 10

@@ -394,3 +394,7 @@ def test_cpu_auto_placement_copies_only_for_a_better_layout(small):
     ref = subset.loader(batch_size=8, device="cpu", placement="memmap")
     for a, b in zip(ld, ref):
         assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_a_single_field_may_be_a_string(small):
+    assert KlineDataset(small, window=4, fields="close").fields == ["close"]

@@ -102,6 +102,7 @@ def test_expand_inputs(tmp_path):
     write(tmp_path / "a" / "y.parquet.txt.bak", "junk")
     write(tmp_path / "b.csv", "date,close\n2024-01-02,1\n")
     assert [p.name for p in expand_inputs([tmp_path / "a", str(tmp_path / "*.csv")])] == ["x.csv", "b.csv"]
+    assert [p.name for p in expand_inputs([str(tmp_path / "[a]")])] == ["x.csv"]   # a glob matching a folder
     with pytest.raises(InputError, match="no such file"):
         expand_inputs([tmp_path / "missing.csv"])
     with pytest.raises(InputError, match="matches no file"):
