@@ -185,6 +185,21 @@ class HostRing:
         """Give slot ``k`` back; ``event`` (``synchronize()``-able) marks the end of the copy reading it."""
         self._free.put((k, event))
 
+    def reset(self) -> None:
+        """Mark every slot free again, for a new pass.
+
+        A loop that stops in the middle of an epoch (``break``) leaves slots held by chunks that were gathered
+        but never consumed; without a reset the next epoch would wait for them forever. The caller must make
+        sure no copy out of the buffers is still running (synchronise the device first).
+        """
+        while True:
+            try:
+                self._free.get_nowait()
+            except queue.Empty:
+                break
+        for k in range(len(self.buffers)):
+            self._free.put((k, None))
+
 
 class Recycler:
     """Host buffers for batches that stay on the CPU, reused once nothing handed out from them is alive.
@@ -347,12 +362,21 @@ class OrderedPrefetcher(Generic[T, R]):
         self._given += 1
         return self._work(item)
 
-    def close(self) -> None:
-        """Stop the threads (items in progress finish, their results are dropped)."""
+    def close(self, join: bool = True) -> None:
+        """Stop the threads (items in progress finish, their results are dropped).
+
+        Args:
+            join: wait for the threads; False lets the caller first unblock a thread stuck in its work (a
+                producer waiting for a ring slot) and then call :meth:`join`.
+        """
         with self._cond:
             self._closed = True
             self._done.clear()
             self._cond.notify_all()
+        if join:
+            self.join()
+
+    def join(self) -> None:
         for th in self._threads:
             if th is not threading.current_thread():
                 th.join(timeout=10)
@@ -664,14 +688,28 @@ class DeviceLoader:
                 thread_init=_single_threaded_torch,
             )
         try:
-            yield from pf
+            for item in pf:   # not `yield from`: that would forward close() to pf, joining stuck producers
+                yield item
         finally:
-            pf.close()
+            pf.close(join=False)
+            if ring is not None:   # producers may wait for slots held by chunks nobody will consume
+                self._free_ring(ring)
+            pf.join()
+
+    def _free_ring(self, ring: HostRing) -> None:
+        """Every slot free again, once no copy out of the buffers can still be running."""
+        import torch
+
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        ring.reset()
 
     def _make_ring(self, n_slots: int, capacity: int) -> HostRing:
         import torch
 
-        if self.ring is None or len(self.ring) != n_slots or self._ring_capacity != capacity:
+        if self.ring is not None and len(self.ring) == n_slots and self._ring_capacity == capacity:
+            self._free_ring(self.ring)   # a new pass: whatever an abandoned one held is free again
+        else:
             probe = self.source.memmap_gather()(np.zeros(1, dtype=np.int64))
 
             def alloc() -> Any:

@@ -505,3 +505,31 @@ def test_cross_sections_are_fed_batch_by_batch(small_store):
     assert len(got) == len(plain) and all(_same(g, p) for g, p in zip(got, plain))
     with pytest.raises(InputError, match="placement='device' needs"):
         cs.loader(batch_size=3, device="cpu", placement="device")
+
+
+def test_ring_is_freed_for_a_new_pass_after_a_break(small_store, monkeypatch):
+    """A loop that breaks out mid-epoch leaves slots held; the next pass must not wait for them forever.
+
+    The pinned (CUDA) staging path, emulated on the CPU: ring buffers are plain tensors.
+    """
+    from kline_store import KlineDataset
+
+    real_empty = torch.empty
+
+    def empty(*args, pin_memory=False, **kw):  # CPU build: no pinned memory
+        return real_empty(*args, **kw)
+
+    monkeypatch.setattr(torch, "empty", empty)
+    ds = KlineDataset(small_store, window=8)
+    ld = ds.loader(batch_size=16, device="cpu", placement="memmap",
+                   config={"backend": "threads", "num_workers": 1, "prefetch": 2, "pin_memory": True})
+    for _ in range(4):
+        gen = ld._host_threads(ld._chunk_plan(ld.source.index_batches()), pin=True)
+        chunk, sizes, slot = next(gen)
+        ld.ring.release(slot)      # as the CUDA stage does once the copy is queued
+        time.sleep(0.1)            # producers fill the prefetch depth, holding slots
+        gen.close()                # the training loop breaks out
+    gen = ld._host_threads(ld._chunk_plan(ld.source.index_batches()), pin=True)
+    got = [item for item, _ in zip(gen, range(3))]
+    assert len(got) == 3           # a fresh pass gets slots (before the fix: a hang)
+    gen.close()
