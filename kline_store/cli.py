@@ -32,12 +32,14 @@ def cli() -> None:
 @click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
 @click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name, e.g. 'Px Last=close'.")
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, wait, quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, wait, quiet) -> None:
     """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
     from .convert import ingest as run
-    rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait)
+    rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
+              replace=replace)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

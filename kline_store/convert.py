@@ -372,7 +372,8 @@ def factor_source(input_fields: list[str], fields: list[str]) -> str | None:
 
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
-           quiet: bool = True, capacity: int | None = None, wait: float = 0.0) -> IngestReport:
+           quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
+           replace: bool = False) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs).
 
     Args:
@@ -384,6 +385,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         quiet: no progress bar.
         capacity: days reserved per symbol row for future appends (default: see store.default_capacity).
         wait: seconds to wait for another writer's lock.
+        replace: rebuild an existing store at ``out`` from these inputs alone (atomically; without it an
+            existing store is refused, so a day's file cannot wipe out years of history by mistake).
 
     Returns:
         IngestReport with counts and the problems found.
@@ -392,63 +395,79 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
-    if out.is_dir() and any(out.iterdir()) and not (out / mf.MANIFEST).exists():
+    has_store = (out / mf.MANIFEST).exists()
+    if has_store and not replace:
+        raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
+                         f"`ingest --replace` (replace=True) rebuilds it from these inputs alone")
+    if out.is_dir() and not has_store and not _only_leftovers(out):
         raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    created = not out.exists()
-    try:
-        version, n_bars, bars, symbols, fields, dates = _build(
-            inputs, out, calendar, umap, strict, quiet, capacity, wait)
-    except BaseException:
-        # Leave no trace of a failed first ingest; an existing store keeps its files untouched.
-        if created and not (out / mf.MANIFEST).exists():
-            shutil.rmtree(out, ignore_errors=True)
-        elif (out / mf.MANIFEST).exists():
+    created = not has_store
+    with lock.WriterLock(out, wait=wait):   # cleanup below runs only while this process holds the lock
+        try:
+            version, n_bars, bars, symbols, fields, dates = _build(inputs, out, calendar, umap, strict, quiet,
+                                                                   capacity)
+        except BaseException:
             S.clean_staging(out)
-        raise
+            if created and not (out / mf.MANIFEST).exists():
+                # A failed first ingest leaves nothing but the folder (and its lock file, released below).
+                for p in out.iterdir():
+                    if p.name != lock.LOCK_NAME:
+                        shutil.rmtree(p) if p.is_dir() else p.unlink()
+            raise
     S.gc(out)
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0)
 
 
-def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, wait):
-    with lock.WriterLock(out, wait=wait):
-        S.clean_staging(out)
-        # Bars spill into the staging folder: bounded memory however large the input.
-        bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
-                         spill=S.staging_dir(out) / "bars.spill")
-        days = np.asarray(bars.day)
-        cal = read_calendar(calendar) if calendar else np.unique(days)
-        pos = calendar_positions(days, cal, bars).astype(np.int32)
-        del days
-        symbols = bars.symbols
-        fields = list(bars.fields)
-        split, div = adjust.event_columns(fields)
-        if "adj_factor" not in fields and (split or div):
-            fields.append("adj_factor")
-        dates = EPOCH + cal.astype("timedelta64[D]")
-        version, generation, created = S.current_state(out)
-        sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
-        present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
-        gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity, fill=False)
-        panel = gen.logical()
-        scatter(bars, sym, pos, fields, panel)
-        fill_missing(panel, present)
-        factor_state = fill_event_factor(panel, fields)
-        mf.crashpoint("ingest:filled")
-        first, last = S.bar_extent(present)
-        data = S.finish_generation(out, gen)
-        mf.crashpoint("ingest:data-in-place")
-        m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
-                             capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(bars),
-                             sources=bars.sources, created_at=None,
-                             extra={"calendar_source": str(calendar) if calendar else "union of input dates",
-                                    "adj_factor_source": factor_source(bars.fields, fields),
-                                    "adj_last_factor": factor_state_list(factor_state)})
-        mf.commit(out, m)
-        n_bars = len(bars)
-        bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
-        S.clean_staging(out)
+def _only_leftovers(folder: Path) -> bool:
+    """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
+    for p in folder.iterdir():
+        n = p.name
+        if not (n in (lock.LOCK_NAME, S.STAGING, mf.VERSIONS_DIR) or n.startswith(f".{mf.MANIFEST}.tmp-")
+                or (n.startswith("data-g") and n.endswith(".f32"))):
+            return False
+    return True
+
+
+def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
+    """The whole ingest under the writer lock (held by the caller)."""
+    S.clean_staging(out)
+    # Bars spill into the staging folder: bounded memory however large the input.
+    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
+                     spill=S.staging_dir(out) / "bars.spill")
+    days = np.asarray(bars.day)
+    cal = read_calendar(calendar) if calendar else np.unique(days)
+    pos = calendar_positions(days, cal, bars).astype(np.int32)
+    del days
+    symbols = bars.symbols
+    fields = list(bars.fields)
+    split, div = adjust.event_columns(fields)
+    if "adj_factor" not in fields and (split or div):
+        fields.append("adj_factor")
+    dates = EPOCH + cal.astype("timedelta64[D]")
+    version, generation, created = S.current_state(out)
+    sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
+    present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
+    gen = S.start_generation(out, generation + 1, len(symbols), len(cal), len(fields), capacity, fill=False)
+    panel = gen.logical()
+    scatter(bars, sym, pos, fields, panel)
+    fill_missing(panel, present)
+    factor_state = fill_event_factor(panel, fields)
+    mf.crashpoint("ingest:filled")
+    first, last = S.bar_extent(present)
+    data = S.finish_generation(out, gen)
+    mf.crashpoint("ingest:data-in-place")
+    m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
+                         capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(bars),
+                         sources=bars.sources, created_at=None,
+                         extra={"calendar_source": str(calendar) if calendar else "union of input dates",
+                                "adj_factor_source": factor_source(bars.fields, fields),
+                                "adj_last_factor": factor_state_list(factor_state)})
+    mf.commit(out, m)
+    n_bars = len(bars)
+    bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
+    S.clean_staging(out)
     return version + 1, n_bars, bars, symbols, fields, dates

@@ -83,12 +83,16 @@ def write_json_atomic(path: Path, obj: Any) -> None:
 
 
 def commit(store_dir: Path, manifest: dict) -> None:
-    """Publish a version: its copy under versions/ first, then the atomic swap of manifest.json."""
+    """Publish a version: the atomic swap of manifest.json, then its copy under versions/.
+
+    The copy comes second so that no version file exists for a version that was never committed; a reader
+    asking for the current version while its copy is missing (a crash in between) uses manifest.json.
+    """
+    write_json_atomic(store_dir / MANIFEST, manifest)
+    crashpoint("commit:manifest-swapped")
     vdir = store_dir / VERSIONS_DIR
     vdir.mkdir(exist_ok=True)
     write_json_atomic(vdir / version_file_name(manifest["version"]), manifest)
-    crashpoint("commit:version-written")
-    write_json_atomic(store_dir / MANIFEST, manifest)
     crashpoint("commit:done")
 
 
@@ -97,6 +101,10 @@ def read_manifest(store_dir: Path, version: int | None = None) -> dict:
     path = store_dir / MANIFEST if version is None else store_dir / VERSIONS_DIR / version_file_name(version)
     if not store_dir.exists():
         raise StoreError(f"{store_dir}: no such store")
+    if version is not None and not path.exists() and (store_dir / MANIFEST).exists():
+        current = read_manifest(store_dir)
+        if current["version"] == version:
+            return current     # committed, its copy not yet written (or a crash in between)
     if not path.exists():
         if version is not None:
             raise StoreError(f"{store_dir}: version {version} is not available (removed by gc or never existed)")

@@ -63,11 +63,25 @@ class Store:
             raise StoreError(f"{self.data_file}: data file is truncated ({size} bytes, manifest needs {need})")
         lock.pin_shared(fd)
         self._fd = fd
+        self._pin_version()
         if rows == 0 or need == 0:
             self._raw = np.zeros((0, max(self.date_capacity, 1), max(self.n_fields, 1)), dtype=np.float32)
         else:
-            self._raw = np.memmap(self.data_file, dtype=np.float32, mode="r",
-                                  shape=(rows, self.date_capacity, self.n_fields))
+            # Map the file this process opened and pinned, not the path again (gc may unlink it meanwhile).
+            with open(fd, "rb", closefd=False) as fh:
+                self._raw = np.memmap(fh, dtype=np.float32, mode="r",
+                                      shape=(rows, self.date_capacity, self.n_fields))
+
+    def _pin_version(self) -> None:
+        """Hold this version's manifest copy too, so gc keeps it while this snapshot is open (workers reopen
+        the exact version from it)."""
+        vfile = self.path / mf.VERSIONS_DIR / mf.version_file_name(self.version)
+        try:
+            self._vfd: int | None = os.open(vfile, os.O_RDONLY)
+        except FileNotFoundError:
+            self._vfd = None
+            return
+        lock.pin_shared(self._vfd)
 
     @property
     def panel(self) -> np.ndarray:
@@ -124,9 +138,11 @@ class Store:
 
     def close(self) -> None:
         self._raw = None
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        for name in ("_fd", "_vfd"):
+            fd = getattr(self, name, None)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, name, None)
 
     def __enter__(self) -> "Store":
         return self
@@ -159,8 +175,16 @@ def open_store(path: str | os.PathLike, version: int | None = None, verify: bool
         StoreError: missing store, damaged manifest, missing/truncated data file, checksum mismatch.
     """
     p = Path(path)
-    m = mf.read_manifest(p, version)
-    st = Store(p, m)
+    for attempt in range(3):
+        m = mf.read_manifest(p, version)
+        try:
+            st = Store(p, m)
+            break
+        except StoreError:
+            # The current version's file can vanish between reading the manifest and opening the file (a
+            # rewrite committed and gc ran in between): read the newer manifest and try again.
+            if version is not None or attempt == 2 or mf.read_manifest(p)["version"] == m["version"]:
+                raise
     if verify is True or (verify == "auto" and st.logical_bytes <= AUTO_VERIFY_BYTES):
         problems = st.check_checksums()
         if problems:
@@ -214,8 +238,10 @@ def staging_dir(store_dir: Path) -> Path:
 
 
 def clean_staging(store_dir: Path) -> None:
-    """Remove what a killed writer left behind. Call with the writer lock held."""
+    """Remove what a killed writer left behind (staging, half-written manifest copies). Hold the writer lock."""
     shutil.rmtree(store_dir / STAGING, ignore_errors=True)
+    for tmp in [*store_dir.glob(f".{mf.MANIFEST}.tmp-*"), *store_dir.glob(f"{mf.VERSIONS_DIR}/.v*.tmp-*")]:
+        tmp.unlink(missing_ok=True)
 
 
 def default_capacity(n_dates: int) -> int:
@@ -349,9 +375,13 @@ def gc(path: str | os.PathLike) -> list[str]:
     """Delete data files and version manifests that the current version does not use and no reader pins.
 
     Returns the names removed. Safe to run at any time; it takes the writer lock (and gives up if busy).
+
+    Raises:
+        StoreError: ``path`` is not a store.
     """
     store_dir = Path(path)
     removed: list[str] = []
+    mf.read_manifest(store_dir)   # a clear error for a path that is not a store (and no lock file left there)
     try:
         with lock.WriterLock(store_dir, wait=0):
             m = mf.read_manifest(store_dir)
@@ -360,13 +390,11 @@ def gc(path: str | os.PathLike) -> list[str]:
                 if f.name != keep and lock.unused(f):
                     f.unlink()
                     removed.append(f.name)
+            # Old version manifests: open snapshots pin theirs (workers reopen from it); the rest go.
             vdir = store_dir / mf.VERSIONS_DIR
+            current = mf.version_file_name(m["version"])
             for v in sorted(vdir.glob("v*.json")) if vdir.exists() else []:
-                try:
-                    vm = mf.read_manifest(store_dir, int(v.stem[1:]))
-                except (StoreError, ValueError):
-                    continue
-                if not (store_dir / vm["data"]["file"]).exists():
+                if v.name != current and lock.unused(v):
                     v.unlink()
                     removed.append(f"{mf.VERSIONS_DIR}/{v.name}")
     except StoreError:

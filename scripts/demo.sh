@@ -3,7 +3,7 @@
 # from a shuffled loader and print the starvation meter.
 source "$(dirname "$0")/_env.sh"
 STORE="${1:-$ROOT/demo_store}"
-kline-store ingest sample_data/us_yahoo_daily -o "$STORE"
+kline-store ingest sample_data/us_yahoo_daily -o "$STORE" --replace
 kline-store info "$STORE"
 kline-store verify "$STORE"
 if [ -f scripts/train.py ]; then

@@ -126,7 +126,8 @@ def test_open_reader_keeps_its_snapshot(real, tmp_path):
 
 
 APPEND = [sys.executable, "-m", "kline_store.cli", "append", "-q"]
-POINTS = ["tail:grown", "tail:cleared", "tail:written", "commit:version-written", "commit:done"]
+POINTS = ["tail:grown", "tail:cleared", "tail:written", "commit:manifest-swapped", "commit:done"]
+COMMITTED = ("commit:manifest-swapped", "commit:done")
 
 
 def _files(store: Path) -> dict:
@@ -149,9 +150,10 @@ def test_kill9_during_append_leaves_old_or_new(real, tmp_path, point):
     assert r.returncode == -signal.SIGKILL, r.stderr
     assert verify_store(tmp_path / "s") == []
     after = _files(tmp_path / "s")
-    assert after["version"] == before["version"] + (point == "commit:done")
-    if point != "commit:done":
+    assert after["version"] == before["version"] + (point in COMMITTED)
+    if point not in COMMITTED:
         assert after["manifest"] == before["manifest"]
+    assert open_store(tmp_path / "s", version=after["version"]).version == after["version"]
     append(tmp_path / "s", target)                                # the next append succeeds
     ingest([full], tmp_path / "ref")
     x = open_store(tmp_path / "s", verify=True)

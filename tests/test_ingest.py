@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT, write
 from kline_store import ingest, open_store, verify_store
-from kline_store.errors import InputError
+from kline_store.errors import InputError, StoreError
 
 FOLDERS = ["tushare_daily", "akshare_sina_daily", "index_with_time", "us_yahoo_daily", "yahoo_mplfinance",
            "zipline_csvdir", "ashare_qfq_daily/data_20251009", "ashare_qfq_daily/data_20250903_with_amount"]
@@ -128,8 +128,10 @@ def test_failed_ingest_leaves_existing_store_intact(real, tmp_path):
     before = _digest(tmp_path / "s")
     write(tmp_path / "bad.csv", "date,close\n2024-01-02,x\n")
     with pytest.raises(InputError):
-        ingest([tmp_path / "bad.csv"], tmp_path / "s")
+        ingest([tmp_path / "bad.csv"], tmp_path / "s", replace=True)
     assert _digest(tmp_path / "s") == before and verify_store(tmp_path / "s") == []
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [".lock", "data-g000001.f32", "manifest.json",
+                                                                  "versions"]   # no staging left behind
 
 
 def test_refuses_to_overwrite_a_non_store_folder(tmp_path):
@@ -139,10 +141,10 @@ def test_refuses_to_overwrite_a_non_store_folder(tmp_path):
         ingest([tmp_path / "a.csv"], tmp_path / "notes")
 
 
-INGEST = [sys.executable, "-m", "kline_store.cli", "ingest", "-q"]
+INGEST = [sys.executable, "-m", "kline_store.cli", "ingest", "-q", "--replace"]
 
 
-@pytest.mark.parametrize("point", ["ingest:filled", "ingest:data-in-place", "commit:version-written"])
+@pytest.mark.parametrize("point", ["ingest:filled", "ingest:data-in-place"])
 def test_kill9_at_each_point_keeps_old_store(real, tmp_path, point):
     ingest([real / "tushare_daily" / "000001.SZ.csv"], tmp_path / "s")
     before = _digest(tmp_path / "s")
@@ -151,8 +153,20 @@ def test_kill9_at_each_point_keeps_old_store(real, tmp_path, point):
                        capture_output=True)
     assert r.returncode == -signal.SIGKILL
     assert _digest(tmp_path / "s") == before and verify_store(tmp_path / "s") == []
-    ingest([real / "tushare_daily"], tmp_path / "s")           # the next writer recovers
+    ingest([real / "tushare_daily"], tmp_path / "s", replace=True)   # the next writer recovers
     assert open_store(tmp_path / "s").n_symbols == 10 and verify_store(tmp_path / "s") == []
+
+
+def test_kill9_right_after_the_manifest_swap_is_the_new_version(real, tmp_path):
+    ingest([real / "tushare_daily" / "000001.SZ.csv"], tmp_path / "s")
+    env = dict(os.environ, KLINE_STORE_CRASH_AT="commit:manifest-swapped")
+    r = subprocess.run(INGEST + [str(real / "tushare_daily"), "-o", str(tmp_path / "s")], env=env,
+                       capture_output=True)
+    assert r.returncode == -signal.SIGKILL and verify_store(tmp_path / "s") == []
+    st = open_store(tmp_path / "s")
+    assert st.n_symbols == 10 and open_store(tmp_path / "s", version=st.version).n_symbols == 10
+    with pytest.raises(StoreError, match="not available"):
+        open_store(tmp_path / "s", version=st.version + 1)
 
 
 def test_kill9_at_random_moments(real, tmp_path):
@@ -169,3 +183,38 @@ def test_kill9_at_random_moments(real, tmp_path):
         if now != before:        # the ingest finished before the kill: the new store, complete
             assert open_store(tmp_path / "s").n_symbols == 88
             break
+
+
+def test_existing_store_needs_replace(real, tmp_path):
+    ingest([real / "tushare_daily"], tmp_path / "s")
+    with pytest.raises(InputError, match="a store is already there; `kline-store append`"):
+        ingest([real / "tushare_daily" / "000001.SZ.csv"], tmp_path / "s")
+    assert open_store(tmp_path / "s").n_symbols == 10
+    ingest([real / "tushare_daily" / "000001.SZ.csv"], tmp_path / "s", replace=True)
+    assert open_store(tmp_path / "s").n_symbols == 1
+
+
+def test_killed_or_failed_first_ingest_can_be_retried(real, tmp_path):
+    env = dict(os.environ, KLINE_STORE_CRASH_AT="ingest:data-in-place")
+    r = subprocess.run(INGEST + [str(real / "tushare_daily"), "-o", str(tmp_path / "s")], env=env,
+                       capture_output=True)
+    assert r.returncode == -signal.SIGKILL and not (tmp_path / "s" / "manifest.json").exists()
+    ingest([real / "tushare_daily"], tmp_path / "s")           # leftovers of our own are not "a folder"
+    assert open_store(tmp_path / "s").n_symbols == 10
+    (tmp_path / "e").mkdir()
+    write(tmp_path / "dup.csv", "symbol,date,close\nA,2024-01-02,1\nA,2024-01-02,2\n")
+    with pytest.raises(InputError, match="duplicate"):
+        ingest([tmp_path / "dup.csv"], tmp_path / "e")
+    assert [p.name for p in (tmp_path / "e").iterdir()] in ([], [".lock"])   # no spill, no staging
+
+
+def test_locked_out_ingest_leaves_the_holder_alone(tmp_path):
+    from kline_store.errors import StoreLockedError
+    from kline_store.lock import WriterLock
+    write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
+    with WriterLock(tmp_path / "s"):
+        (tmp_path / "s" / ".staging").mkdir()
+        (tmp_path / "s" / ".staging" / "work").write_text("the holder's")
+        with pytest.raises(StoreLockedError):
+            ingest([tmp_path / "a.csv"], tmp_path / "s")
+        assert (tmp_path / "s" / ".staging" / "work").read_text() == "the holder's"

@@ -105,3 +105,49 @@ def test_waiting_writer_gets_the_lock(tmp_path):
     threading.Timer(0.3, lock.__exit__).start()
     make(tmp_path / "s", wait=10)
     assert open_store(tmp_path / "s").version == 2
+
+
+def test_gc_keeps_current_and_pinned_versions_only(tmp_path):
+    from kline_store import append
+    from conftest import write
+    write(tmp_path / "a.csv", "symbol,date,close\nA,2024-01-02,1\n")
+    from kline_store import ingest
+    ingest([tmp_path / "a.csv"], tmp_path / "s")
+    readers = {}
+    for d in range(3, 8):
+        write(tmp_path / f"d{d}.csv", f"symbol,date,close\nA,2024-01-0{d},{d}\n")
+        append(tmp_path / "s", [tmp_path / f"d{d}.csv"])
+        if d == 4:
+            readers[d] = open_store(tmp_path / "s")
+    kept = sorted(p.name for p in (tmp_path / "s" / "versions").iterdir())
+    assert len(kept) == 6
+    gc(tmp_path / "s")
+    v = readers[4].version
+    assert sorted(p.name for p in (tmp_path / "s" / "versions").iterdir()) == [f"v{v:06d}.json", "v000006.json"]
+    assert open_store(tmp_path / "s", version=v).n_dates == readers[4].n_dates   # a worker reopens it
+    readers[4].close()
+    gc(tmp_path / "s")
+    assert [p.name for p in (tmp_path / "s" / "versions").iterdir()] == ["v000006.json"]
+    with pytest.raises(StoreError, match="no such store"):
+        gc(tmp_path / "nowhere")
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_open_survives_a_rewrite_and_gc_between_manifest_and_data(tmp_path, monkeypatch):
+    """The current version's file may be replaced and collected right after its manifest was read."""
+    from kline_store import manifest as mf
+    from kline_store import store as S
+    make(tmp_path / "s", seed=1)
+    real_read = mf.read_manifest
+    calls = []
+
+    def read_then_replace(path, version=None):
+        m = real_read(path, version)
+        if not calls:                      # the first read: a writer commits a new generation and gc runs
+            calls.append(1)
+            make(tmp_path / "s", seed=2)
+        return m
+
+    monkeypatch.setattr(mf, "read_manifest", read_then_replace)
+    st = S.open_store(tmp_path / "s")
+    assert st.version == 2 and st.panel.shape == (4, len(DATES), 3)
