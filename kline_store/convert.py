@@ -19,10 +19,12 @@ import polars as pl
 from . import adjust, columns as C, lock, manifest as mf, store as S
 from .errors import InputError
 from .progress import Progress
-from .readers import expand_inputs, inspect_source, is_parquet, iter_chunks
+from .readers import WHOLE_FILE, expand_inputs, inspect_source, is_parquet, iter_chunks
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
+# Panels above this size have their written pages synced and dropped as they go (bounded resident memory).
+RELEASE_ABOVE = 256 << 20
 
 
 @dataclass
@@ -314,7 +316,7 @@ def scatter(bars: Bars, sym: np.ndarray, day_pos: np.ndarray, fields: list[str],
         if not direct:
             v = np.stack([v[:, j] if j >= 0 else np.full(len(v), np.nan, np.float32) for j in src_idx], axis=1)
         out[sym[lo: lo + chunk], day_pos[lo: lo + chunk], :] = v
-        if len(sym) > chunk:
+        if len(sym) > chunk and out.nbytes > RELEASE_ABOVE:
             S.release(out)
             S.release(bars.values)
 
@@ -324,7 +326,7 @@ def fill_missing(panel: np.ndarray, present: np.ndarray, rows: int = 256) -> Non
     for lo in range(0, panel.shape[0], rows):
         block = panel[lo: lo + rows]
         block[~present[lo: lo + rows]] = np.nan
-        if panel.shape[0] > rows:
+        if panel.shape[0] > rows and panel.nbytes > RELEASE_ABOVE:
             S.release(panel)
 
 
@@ -435,9 +437,11 @@ def _only_leftovers(folder: Path) -> bool:
 def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
     """The whole ingest under the writer lock (held by the caller)."""
     S.clean_staging(out)
-    # Bars spill into the staging folder: bounded memory however large the input.
+    # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
+    # ones keep them in memory, which is faster.
+    big = sum(_size(f) for f in expand_inputs(list(inputs))) > WHOLE_FILE
     bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
-                     spill=S.staging_dir(out) / "bars.spill")
+                     spill=S.staging_dir(out) / "bars.spill" if big else None)
     days = np.asarray(bars.day)
     cal = read_calendar(calendar) if calendar else np.unique(days)
     pos = calendar_positions(days, cal, bars).astype(np.int32)

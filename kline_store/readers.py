@@ -20,7 +20,7 @@ import polars as pl
 from . import columns as C
 from .errors import InputError
 
-CSV_SUFFIXES = (".csv", ".txt", ".tsv", ".csv.gz")
+CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
@@ -65,6 +65,15 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
 def _is_data_file(p: Path) -> bool:
     name = p.name.lower()
     return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
+
+
+def symbol_from_name(p: Path) -> str:
+    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`)."""
+    name = p.name
+    for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
+        if name.lower().endswith(suffix):
+            return name[: -len(suffix)]
+    return name
 
 
 def is_parquet(p: Path) -> bool:
@@ -137,7 +146,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
             if not first.strip():
                 raise InputError(f"{path}: file is empty")
             sep = _sniff_separator(first)
-            cols = [c.strip().strip('"') for c in first.split(sep)]
+            cols = _header(first, sep)
     except InputError:
         raise
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
@@ -175,6 +184,15 @@ def _head(src: Source) -> pl.DataFrame | None:
         return _scan(src, text_only=True, data=first).head(1000).collect()
     except pl.exceptions.PolarsError:
         return None  # the full read will report what is wrong, with a line number
+
+
+def _header(first: str, sep: str) -> list[str]:
+    """Column names exactly as polars will name them (quotes removed, spaces kept)."""
+    try:
+        return pl.read_csv(io.BytesIO(first.encode() + b"\n"), separator=sep, n_rows=0,
+                           infer_schema_length=0).columns
+    except pl.exceptions.PolarsError:
+        return [c.strip('"') for c in first.split(sep)]
 
 
 def _text_extras(src: Source, forced: set[str]) -> list[str]:
@@ -219,7 +237,7 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
         # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
         # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES if text_only else None, truncate_ragged_lines=True)
+                         null_values=C.NULL_VALUES if text_only else None)
     return lf.with_row_index("_row", offset=row_offset)
 
 
@@ -251,7 +269,7 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
     parsed with the header in front). Only if it fails is the file re-read as text to find the offending
     cell, so errors name file, line, column and value.
     """
-    symbol = src.path.name.split(".csv")[0].split(".parquet")[0]
+    symbol = symbol_from_name(src.path)
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)
@@ -317,10 +335,27 @@ def _explain_or_generic(src: Source) -> InputError:
 
 
 def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
-    if src.symbol_column and df["symbol"].null_count():
-        i = df["symbol"].is_null().arg_max()
-        raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: empty symbol in column "
-                         f"{src.symbol_column!r}")
+    values = list(src.value_columns.values())
+    # Blank lines (a trailing empty line from a spreadsheet): every cell empty -> no row at all.
+    blank = pl.all_horizontal([pl.col("_date_raw").is_null(), *[pl.col(c).is_null() for c in values]])
+    if src.symbol_column:
+        blank = blank & (pl.col("symbol").is_null() | (pl.col("symbol") == ""))
+    flags = df.select(blank.any().alias("blank"),
+                      pl.any_horizontal([pl.col(c).is_infinite() for c in values] or [pl.lit(False)]).any()
+                      .alias("inf")).row(0, named=True)   # one pass; copies only when something is found
+    if flags["blank"]:
+        df = df.filter(~blank)
+    if src.symbol_column:
+        empty = df["symbol"].is_null() | (df["symbol"] == "")
+        if empty.any():
+            i = empty.arg_max()
+            raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: empty symbol in column "
+                             f"{src.symbol_column!r}")
+    for c in values if flags["inf"] else ():
+        inf = df[c].is_infinite()
+        if inf.any():
+            i = inf.arg_max()
+            raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: column {c!r}: infinite value")
     return df.with_columns(parse_dates(df["_date_raw"], src, df["_row"])).drop("_date_raw")
 
 
@@ -330,7 +365,8 @@ def finish_values(lf: pl.LazyFrame, canon: list[str]) -> pl.LazyFrame:
         lf = lf.with_columns(pl.when(pl.col("close") > 0).then(pl.col("adj_close") / pl.col("close"))
                              .alias("adj_factor"))
         canon = canon + ["adj_factor"]
-    return lf.with_columns([pl.col(c).cast(pl.Float32) for c in canon])
+    # A NaN cell is a missing value, like an empty one ("NaN" text, or pandas' NaN in Parquet).
+    return lf.with_columns([pl.col(c).fill_nan(None).cast(pl.Float32) for c in canon])
 
 
 def sniff_date_format(src: Source) -> str | None:
@@ -344,7 +380,8 @@ def sniff_date_format(src: Source) -> str | None:
 
 
 def _line(src: Source, row: int) -> str:
-    return str(int(row) + 2) if not is_parquet(src.path) else f"row {int(row) + 1}"
+    """Where a data row is, in the file's own terms: "line N" of a CSV (header is line 1), "row N" of Parquet."""
+    return f"line {int(row) + 2}" if not is_parquet(src.path) else f"row {int(row) + 1}"
 
 
 def _explain_bad_value(src: Source) -> pl.DataFrame:
@@ -352,7 +389,7 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
     try:
         df = _scan(src, text_only=True).collect()
     except pl.exceptions.PolarsError as exc:
-        raise InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
+        raise _ragged_line(src) or InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
     for s, d in src.value_columns.items():
         col = df[s]
         if col.dtype == pl.String:
@@ -360,9 +397,25 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
             bad = parsed.is_null() & col.is_not_null()
             if bad.any():
                 i = bad.arg_max()
-                raise InputError(f"{src.path}: line {_line(src, df['_row'][i])}: column {s!r}: "
+                raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: column {s!r}: "
                                  f"non-numeric value {col[i]!r}")
     return df
+
+
+def _ragged_line(src: Source) -> InputError | None:
+    """The first line whose number of fields differs from the header's (error path only: reads the file)."""
+    if is_parquet(src.path):
+        return None
+    import csv
+    text = src.data.decode("utf-8") if src.data is not None else \
+        src.path.read_text(encoding="utf-8-sig", errors="replace")
+    rows = csv.reader(io.StringIO(text), delimiter=src.separator)
+    width = len(next(rows, []))
+    for n, row in enumerate(rows, start=2):
+        if row and len(row) != width:
+            return InputError(f"{src.path}: line {n}: {len(row)} fields, the header has {width} "
+                              f"(an unquoted thousands separator, or a cut line?)")
+    return None
 
 
 def parse_dates(raw: pl.Series, src: Source, rows: pl.Series | None = None) -> pl.Series:
@@ -376,11 +429,11 @@ def parse_dates(raw: pl.Series, src: Source, rows: pl.Series | None = None) -> p
 
     if raw.dtype.is_integer() and not raw.null_count():
         return _yyyymmdd(raw, src, line)
-    uniq = raw.drop_nulls().unique()
+    uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: messages name the earliest line
     parsed = _parse_unique_dates(uniq, raw, src, line)
     out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
     if out.null_count():
-        raise InputError(f"{src.path}: line {line(out.is_null().arg_max())}: missing date in column "
+        raise InputError(f"{src.path}: {line(out.is_null().arg_max())}: missing date in column "
                          f"{src.date_column!r}")
     return out.alias("date")
 
@@ -401,7 +454,7 @@ def _yyyymmdd(raw: pl.Series, src: Source, line) -> pl.Series:
     if bad.any():
         value = int(uniq[np.flatnonzero(bad)[0]])
         i = int(np.flatnonzero(v == value)[0])
-        raise InputError(f"{src.path}: line {line(i)}: unparseable date {value} in column "
+        raise InputError(f"{src.path}: {line(i)}: unparseable date {value} in column "
                          f"{src.date_column!r} (expected YYYYMMDD)")
     if hi - lo > 50_000_000:   # cannot happen once validated (1800..2200), but keep the table bounded
         return raw.replace_strict(pl.Series(uniq), pl.Series(days), return_dtype=pl.Date).alias("date")
@@ -416,11 +469,13 @@ def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, line) -> p
 
     def fail(value: object, expected: str) -> InputError:
         i = (raw == value).arg_max()
-        return InputError(f"{src.path}: line {line(i)}: unparseable date {value!r} in column {name!r} "
+        return InputError(f"{src.path}: {line(i)}: unparseable date {value!r} in column {name!r} "
                           f"({expected})")
 
     if dt == pl.Date:
         return uniq
+    if isinstance(dt, pl.Datetime) and dt.time_zone:
+        return uniq.dt.replace_time_zone(None).dt.date()   # the local trading date, not the UTC one
     if dt.is_temporal():
         return uniq.cast(pl.Datetime).dt.date()
     if dt.is_integer() or dt.is_float():
@@ -438,9 +493,16 @@ def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, line) -> p
     sample = text.head(1000)
     fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
     if fmt is None:
-        bad = next(v for v, t in zip(uniq, sample) if all(
-            pl.Series([t]).str.to_date(f, strict=False)[0] is None for f in C.DATE_FORMATS))
-        raise fail(bad, "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD")
+        # No single format fits: name a value no format reads, or two values in different formats.
+        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in C.DATE_FORMATS}
+        for i, v in enumerate(sample):
+            if not any(fits[f][i] for f in fits):
+                raise fail(uniq[i], "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD")
+        first = next(f for f in C.DATE_FORMATS if fits[f][0])
+        j = int((~fits[first]).arg_max())
+        a, b = uniq[0], uniq[j]
+        raise InputError(f"{src.path}: mixed date formats in column {name!r}: {a!r} ({line((raw == a).arg_max())})"
+                         f" and {b!r} ({line((raw == b).arg_max())}); use one format per file")
     out = text.str.to_date(fmt, strict=False)
     if out.null_count():
         raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")

@@ -287,9 +287,11 @@ def finish_generation(store_dir: Path, gen: NewGeneration) -> dict:
     """Flush, checksum and move the data file into the store; returns the manifest's ``data`` entry."""
     logical = gen.logical()
     parts = [np.zeros(0, np.uint32)]
-    for lo in range(0, logical.shape[0], 256):   # a block of rows at a time, pages released behind us
+    big = logical.nbytes > 256 << 20
+    for lo in range(0, logical.shape[0], 256):   # a block of rows at a time, pages of big panels released
         parts.append(mf.row_crcs(logical[lo: lo + 256]))
-        release(gen.panel)
+        if big:
+            release(gen.panel)
     with open(gen.path, "rb+") as fh:
         os.fsync(fh.fileno())   # also writes back pages dirtied through the mapping (one page cache)
     final = store_dir / gen.path.name

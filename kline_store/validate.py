@@ -35,6 +35,7 @@ CHECKS: dict[str, tuple[str, callable, tuple[str, ...]]] = {
                            ("open", "low", "high")),
     "non_positive_price": ("with a price <= 0", None, ()),
     "zero_volume": ("with zero volume", lambda: pl.col("volume") == 0, ("volume",)),
+    "negative_volume": ("with a negative volume", lambda: pl.col("volume") < 0, ("volume",)),
 }
 
 

@@ -137,3 +137,30 @@ def test_big_file_chunks_match_whole_read(tmp_path):
             list(readers.iter_chunks(inspect_source(bad), chunk_bytes=4096))
     finally:
         readers.WHOLE_FILE = old
+
+
+@pytest.mark.parametrize("text,message", [
+    ("date,symbol,close\n2024-01-02,A,1\n2024/01/03,A,2\n",
+     "mixed date formats in column 'date': '2024-01-02' (line 2) and '2024/01/03' (line 3)"),
+    ("date,symbol,close,volume\n2024-01-02,A,1,1,234.5\n", "line 2: 5 fields, the header has 4"),
+    ("date,symbol,close\n2024-01-02,A,inf\n", "line 2: column 'close': infinite value"),
+    ("date,symbol,close\n2024-01-02, ,1\n", "line 2: empty symbol in column 'symbol'"),
+])
+def test_nasty_inputs_are_named(tmp_path, text, message):
+    with pytest.raises(InputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        read(write(tmp_path / "x.csv", text))
+
+
+def test_forgiving_where_meaning_is_clear(tmp_path):
+    assert read(write(tmp_path / "a.csv", "date, symbol, close\n2024-01-02,A,1\n"))["close"][0] == 1.0  # spaces
+    assert read(write(tmp_path / "b.csv", "date,symbol,close\n2024-01-02,A,1\n\n")).height == 1   # blank line
+    nan = read(write(tmp_path / "c.csv", "date,symbol,close\n2024-01-02,A,1\n2024-01-03,A,NaN\n"))
+    assert nan["close"].null_count() == 1                       # NaN text is a missing value, like "null"
+    assert read(write(tmp_path / "IBM.CSV", "date,close\n2024-01-02,1\n"))["symbol"][0] == "IBM"
+
+
+def test_time_zone_aware_parquet_keeps_the_local_date(tmp_path):
+    p = tmp_path / "tz.parquet"
+    pl.DataFrame({"date": ["2024-01-02 00:00", "2024-01-03 00:00"], "close": [1.0, 2.0]}).with_columns(
+        pl.col("date").str.to_datetime().dt.replace_time_zone("Asia/Shanghai")).write_parquet(p)
+    assert [str(d) for d in read(p)["date"]] == ["2024-01-02", "2024-01-03"]
