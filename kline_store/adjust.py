@@ -78,3 +78,24 @@ def last_finite(a: np.ndarray) -> np.ndarray:
     has = fin.any(axis=1)
     last = n - 1 - fin[:, ::-1].argmax(axis=1)
     return np.where(has, a[np.arange(a.shape[0]), last], np.nan)
+
+
+def first_finite(a: np.ndarray) -> np.ndarray:
+    """First finite value of each row (NaN when none)."""
+    fin = np.isfinite(a)
+    has = fin.any(axis=1)
+    first = fin.argmax(axis=1)
+    return np.where(has, a[np.arange(a.shape[0]), first], np.nan)
+
+
+def rebase(factor: np.ndarray) -> np.ndarray:
+    """Divide each row of a vendor factor by its first finite value, in place; returns the divisors.
+
+    Yahoo's ``Adj Close / Close`` is relative to the download date, so its absolute level (and a backward
+    adjusted price) would depend on dividends paid after the window. Rebased, the first bar's factor is 1 and
+    only ratios remain, which is all forward adjustment needs and what backward adjustment means.
+    """
+    div = first_finite(factor.astype(np.float64))
+    ok = np.isfinite(div) & (div > 0)
+    factor[ok] = factor[ok] / div[ok, None]
+    return np.where(ok, div, np.nan)

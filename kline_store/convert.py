@@ -460,6 +460,8 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
     scatter(bars, sym, pos, fields, panel)
     fill_missing(panel, present)
     factor_state = fill_event_factor(panel, fields)
+    source = factor_source(bars.fields, fields)
+    rebase = adjust.rebase(panel[:, :, fields.index("adj_factor")]) if source == "input" else None
     mf.crashpoint("ingest:filled")
     first, last = S.bar_extent(present)
     data = S.finish_generation(out, gen)
@@ -468,8 +470,9 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
                          capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(bars),
                          sources=bars.sources, created_at=None,
                          extra={"calendar_source": str(calendar) if calendar else "union of input dates",
-                                "adj_factor_source": factor_source(bars.fields, fields),
-                                "adj_last_factor": factor_state_list(factor_state)})
+                                "adj_factor_source": source,
+                                "adj_last_factor": factor_state_list(factor_state),
+                                "adj_rebase": factor_state_list(rebase)})
     mf.commit(out, m)
     n_bars = len(bars)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it

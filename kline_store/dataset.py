@@ -91,8 +91,10 @@ def gather_windows(panel_t: torch.Tensor, row_stride: int, n_fields: int, sym: t
 
 
 def _alloc(shape: Sequence[int], dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
-    """A fresh tensor; inside a DataLoader worker directly in shared memory, so sending it costs no copy."""
-    if (device is None or device.type == "cpu") and torch.utils.data.get_worker_info() is not None:
+    """A fresh tensor; a whole batch inside a DataLoader worker goes directly into shared memory, so sending it
+    costs no copy (single samples do not: a shared segment per sample costs more than the copy it saves)."""
+    if (device is None or device.type == "cpu") and shape[0] > 1 \
+            and torch.utils.data.get_worker_info() is not None:
         numel = math.prod(shape)
         storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(numel)
         return torch.empty(0, dtype=dtype).new(storage).resize_(*shape)
@@ -409,6 +411,9 @@ class KlineDataset(torch.utils.data.Dataset):
             kind, label_field = label, None
         elif label in st.fields:
             kind, label_field = "field", st.fields.index(label)
+            if p["adjust"] != "none" and (label in W.PRICE_FIELDS or label in W.VOLUME_FIELDS):
+                raise InputError(f"label={label!r} with adjust={p['adjust']!r}: the label would be raw while x is "
+                                 f"adjusted; use label='return' or 'log_return' (computed on adjusted closes)")
         else:
             raise InputError(f"label={label!r}: expected 'return', 'log_return' or a field of {st.path} "
                              f"({', '.join(st.fields)})")

@@ -24,8 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import columns as C, lock, manifest as mf, store as S
-from .errors import InputError
+from . import adjust, columns as C, lock, manifest as mf, store as S
 from .convert import EPOCH, Bars, IngestReport, factor_state_list, fill_event_factor, read_bars, scatter
 
 EVENT_FACTOR = "events"
@@ -45,6 +44,7 @@ class Plan:
     changed: dict[str, int]       # symbol -> cells changed in existing bars / days
     mode: str                     # "tail", "rewrite" or "none"
     reason: str
+    factor_source: str | None     # how adj_factor is obtained after this append (see convert.factor_source)
 
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
@@ -72,13 +72,14 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     with lock.WriterLock(store_dir, wait=wait):
         old = S.open_store(store_dir, verify=False)
         try:
+            rebase = rebase_input_factor(old, bars)
             plan = make_plan(old, bars)
             if dry_run or plan.mode == "none":
                 version = old.version
             elif plan.mode == "tail":
-                version = write_tail(store_dir, old, bars, plan)
+                version = write_tail(store_dir, old, bars, plan, rebase)
             else:
-                version = write_rewrite(store_dir, old, bars, plan)
+                version = write_rewrite(store_dir, old, bars, plan, rebase)
         finally:
             old.close()
         S.clean_staging(store_dir)
@@ -102,6 +103,49 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
                         bars.dropped_columns, time.perf_counter() - t0, extra)
 
 
+def rebase_input_factor(old: S.Store, bars: Bars) -> dict[str, float]:
+    """Put a vendor ``adj_factor`` in the input on the store's scale (in place); returns symbol -> divisor.
+
+    The store keeps vendor factors rebased to 1 at each symbol's first bar (see adjust.rebase). An input's
+    factor is divided by: the ratio to the stored factor on the first day both have (a Yahoo re-download,
+    whose scale moved with later dividends); else the symbol's stored divisor (tushare's absolute factor);
+    else, for a new symbol, its own first factor.
+    """
+    stored_div = dict(zip(old.symbols, old.manifest.get("adj_rebase") or []))
+    if old.manifest.get("adj_factor_source") != "input" or "adj_factor" not in bars.fields:
+        return {k: v for k, v in stored_div.items() if v is not None}
+    fi = bars.fields.index("adj_factor")
+    given = bars.values[:, fi].astype(np.float64)
+    old_days = (old.dates - EPOCH).astype(np.int64)
+    order = np.lexsort((bars.day, bars.sym))            # each symbol's bars by date
+    starts = np.flatnonzero(np.r_[True, np.diff(bars.sym[order]) != 0])
+    divisors: dict[str, float] = {k: v for k, v in stored_div.items() if v is not None}
+    for run in np.split(order, starts[1:]):
+        name = bars.names[int(bars.sym[run[0]])]
+        g = given[run]
+        scale = np.nan
+        if name in stored_div:
+            row = old.symbol_index(name)
+            pos = np.searchsorted(old_days, bars.day[run])
+            on_old = (pos < len(old_days)) & (old_days[np.minimum(pos, len(old_days) - 1)] == bars.day[run])
+            if on_old.any():
+                stored = old.panel[row, pos[on_old], old.field_index("adj_factor")].astype(np.float64)
+                both = np.isfinite(stored) & np.isfinite(g[on_old]) & (stored > 0)
+                if both.any():
+                    k = int(np.argmax(both))
+                    scale = g[on_old][k] / stored[k]
+            if not np.isfinite(scale):
+                scale = stored_div[name] if stored_div[name] is not None else np.nan
+        if not np.isfinite(scale):
+            fin = g[np.isfinite(g)]
+            scale = fin[0] if fin.size else np.nan
+            if np.isfinite(scale):
+                divisors[name] = float(scale)
+        if np.isfinite(scale) and scale > 0:
+            bars.values[run, fi] = (g / scale).astype(np.float32)
+    return divisors
+
+
 def make_plan(old: S.Store, bars: Bars) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     old_days = (old.dates - EPOCH).astype(np.int64)
@@ -119,12 +163,15 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
     bars.present_mask(sym, pos, (len(symbols), len(cal)))   # duplicate (symbol, date) check
     in_fields = bars.fields
     new_fields = [f for f in in_fields if f not in old.fields]
+    source = old.manifest.get("adj_factor_source")
+    split, div = adjust.event_columns(old.fields + new_fields)
+    if (split or div) and "adj_factor" not in old.fields + new_fields:
+        new_fields.append("adj_factor")        # events arrive for the first time: as a full ingest would
+        source = EVENT_FACTOR
     fields = old.fields + new_fields
-    if "adj_factor" in new_fields and old.manifest.get("adj_factor_source") == EVENT_FACTOR:
-        new_fields.remove("adj_factor")
-    # Bars on days the old store already covers: compare with what is stored (revisions).
+    # Bars on days the old store already covers: compare with what is stored (revisions). Only values the
+    # input has count: an empty cell in a re-sent bar leaves the stored value alone.
     changed: dict[str, int] = {}
-    old_n = len(old_days)
     overlap = (sym < old.n_symbols) & np.isin(days, old_days)
     if overlap.any():
         o_pos = np.searchsorted(old_days, days[overlap])
@@ -133,30 +180,37 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
         fidx = [old.fields.index(f) for f in cols]
         stored = np.asarray(old.panel[o_sym[:, None], o_pos[:, None], np.asarray(fidx)[None, :]])
         given = bars.values[overlap][:, [in_fields.index(c) for c in cols]]
-        diff = ~((stored == given) | (np.isnan(stored) & np.isnan(given)))
+        diff = np.isfinite(given) & (stored != given)
         per_bar = diff.sum(axis=1)
         if per_bar.any():
             counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
-        return Plan(cal, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new")
+        return Plan(cal, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
     return Plan(cal, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
-                reason or "new days/symbols only")
+                reason or "new days/symbols only", source)
 
 
 def _event_state(old: S.Store) -> tuple[np.ndarray, np.ndarray]:
-    """Last close and last float64 factor per row: where event-based factors continue from."""
-    from .adjust import last_finite
-    close = last_finite(np.asarray(old.array("close"))) if old.n_dates else np.full(old.n_symbols, np.nan)
+    """Last close and last float64 factor per row: where event-based factors continue from.
+
+    Reads one cell per symbol (its last bar), not the close history: the cost of a daily append stays
+    proportional to the new data.
+    """
+    close = np.full(old.n_symbols, np.nan)
+    has = old.last_bar >= 0
+    if has.any():
+        rows = np.flatnonzero(has)
+        close[rows] = old.panel[rows, old.last_bar[rows], old.field_index("close")]
     state = old.manifest.get("adj_last_factor") or [None] * old.n_symbols
     return close, np.array([np.nan if x is None else x for x in state], dtype=np.float64)
 
 
-def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
+def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
     """Write new days/rows in place beyond every committed version's view; extend checksums; commit."""
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
@@ -177,7 +231,7 @@ def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     scatter(bars.subset(new), plan.sym[new], plan.pos[new], plan.fields, mm)
     mf.crashpoint("tail:written")
     state = None
-    if m.get("adj_factor_source") == EVENT_FACTOR:
+    if plan.factor_source == EVENT_FACTOR:
         state = _extend_event_factor(mm, old, plan.fields, n_old_rows, n_old, n_rows, n_new)
     old_crc = np.asarray(m["data"]["row_crc32"][:n_old_rows], dtype=np.uint32)
     crcs = np.concatenate([mf.row_crcs(mm[:n_old_rows, n_old:n_new, :], old_crc),
@@ -195,7 +249,8 @@ def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
     np.maximum.at(last, plan.sym[new], plan.pos[new])
     data = dict(m["data"], rows=n_rows, size=size, row_crc32=crcs.tolist(), checksum=mf.file_checksum(crcs))
-    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars, state)
+    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars, state,
+                   rebase)
 
 
 def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_rows: int, n_old: int,
@@ -218,7 +273,7 @@ def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_
     return state
 
 
-def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
+def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
     """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
@@ -229,11 +284,12 @@ def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     for lo in range(0, old.n_symbols, 256):  # bounded memory: 256 rows at a time
         hi = min(lo + 256, old.n_symbols)
         panel[lo:hi, old_pos, : old.n_fields] = src[lo:hi]
-    # Revised bars replace the fields the input has; fields it lacks keep their stored values.
+    # Revised bars replace the values the input has; empty cells and fields it lacks keep what is stored.
     fidx = np.asarray([plan.fields.index(f) for f in bars.fields])
-    panel[plan.sym[:, None], plan.pos[:, None], fidx[None, :]] = bars.values
+    at = (plan.sym[:, None], plan.pos[:, None], fidx[None, :])
+    panel[at] = np.where(np.isfinite(bars.values), bars.values, panel[at])
     state = None
-    if m.get("adj_factor_source") == EVENT_FACTOR:
+    if plan.factor_source == EVENT_FACTOR:
         panel[:, :, plan.fields.index("adj_factor")] = np.nan
         state = fill_event_factor(panel, plan.fields)
     present = np.isfinite(panel).any(axis=2)
@@ -242,13 +298,16 @@ def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan) -> int:
     data = S.finish_generation(store_dir, gen)
     mf.crashpoint("rewrite:data-in-place")
     return _commit(store_dir, old, plan, data, gen.panel.shape[1], first, last, int(present.sum()), bars,
-                   state)
+                   state, rebase)
 
 
 def _commit(store_dir: Path, old: S.Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
-            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None = None) -> int:
+            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None = None,
+            rebase: dict[str, float] | None = None) -> int:
     m = old.manifest
-    extra = {k: v for k, v in m.items() if k in ("calendar_source", "adj_factor_source")}
+    extra = {"calendar_source": m.get("calendar_source"), "adj_factor_source": plan.factor_source}
+    if plan.factor_source == "input":
+        extra["adj_rebase"] = [(rebase or {}).get(s) for s in plan.symbols]
     if factor_state is not None:
         extra["adj_last_factor"] = factor_state_list(factor_state)
     new = S.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,

@@ -237,3 +237,43 @@ def test_property_append_equals_full_ingest(tmp_path_factory, case):
     ingest([tmp / "a.csv"], tmp / "s")
     append(tmp / "s", [tmp / "b.csv"])
     assert_same_store(open_store(tmp / "s", verify=True), open_store(tmp / "ref"))
+
+
+def test_an_empty_cell_in_a_resent_bar_keeps_the_stored_value(tmp_path):
+    write(tmp_path / "a.csv", "symbol,date,close,volume\nA,2024-01-02,10,500\nA,2024-01-03,11,600\n")
+    write(tmp_path / "b.csv", "symbol,date,close,volume\nA,2024-01-03,11,\nA,2024-01-04,12,700\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s")
+    rep = append(tmp_path / "s", [tmp_path / "b.csv"])
+    assert rep.extra["mode"] == "tail" and rep.extra["revised cells"].startswith("0 in 0")
+    assert open_store(tmp_path / "s").array("volume")[0].tolist() == [500, 600, 700]
+
+
+def test_events_appearing_in_an_append_give_the_same_factor_as_a_full_ingest(tmp_path):
+    write(tmp_path / "a.csv", "symbol,date,close\nA,2024-01-02,70\nA,2024-01-03,71\n")
+    write(tmp_path / "b.csv", "symbol,date,close,split\nA,2024-01-04,10.2,7\nA,2024-01-05,10.3,1\n")
+    write(tmp_path / "all.csv", "symbol,date,close,split\nA,2024-01-02,70,\nA,2024-01-03,71,\n"
+                                "A,2024-01-04,10.2,7\nA,2024-01-05,10.3,1\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s")
+    append(tmp_path / "s", [tmp_path / "b.csv"])
+    ingest([tmp_path / "all.csv"], tmp_path / "ref")
+    x, y = open_store(tmp_path / "s"), open_store(tmp_path / "ref")
+    assert x.manifest["adj_factor_source"] == y.manifest["adj_factor_source"] == "events"
+    assert_same_store(x, y)
+    f = x.array("adj_factor")[0]
+    assert f[2] / f[1] == pytest.approx(7.0)
+
+
+def test_yahoo_factor_is_rebased_and_a_redownload_keeps_its_scale(tmp_path):
+    """Yahoo's Adj Close is relative to the download day; stored factors start at 1 and keep ratios."""
+    hdr = "Date,Open,High,Low,Close,Adj Close,Volume\n"
+    # first download: a dividend after day 2 is not known yet; second download (later) rescales the past
+    write(tmp_path / "old" / "X.csv", hdr + "2024-01-02,1,1,1,10,8,1\n2024-01-03,1,1,1,10,8,1\n")
+    write(tmp_path / "new" / "X.csv", hdr + "2024-01-02,1,1,1,10,4,1\n2024-01-03,1,1,1,10,4,1\n"
+                                          "2024-01-04,1,1,1,9,4.5,1\n")
+    ingest([tmp_path / "old"], tmp_path / "s")
+    assert open_store(tmp_path / "s").array("adj_factor")[0].tolist() == [1.0, 1.0]
+    rep = append(tmp_path / "s", [tmp_path / "new"])
+    # the vendor re-issued Adj Close (a revision of that field), but the factor's ratios did not change
+    assert rep.extra["revised cells"] == "2 in 1 symbol(s): X 2"
+    f = open_store(tmp_path / "s").array("adj_factor")[0]
+    assert f.tolist() == pytest.approx([1.0, 1.0, 1.25])   # 4.5/9 over 4/10: the ratio survives

@@ -398,3 +398,8 @@ def test_cpu_auto_placement_copies_only_for_a_better_layout(small):
 
 def test_a_single_field_may_be_a_string(small):
     assert KlineDataset(small, window=4, fields="close").fields == ["close"]
+
+
+def test_a_raw_price_label_is_refused_with_adjusted_inputs(split7):
+    with pytest.raises(InputError, match="label='close' with adjust='forward'"):
+        KlineDataset(split7, window=5, label="close", adjust="forward")
