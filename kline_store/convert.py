@@ -178,6 +178,10 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     """
     files = expand_inputs(list(inputs))
     sources = [inspect_source(f, user_map) for f in files]   # every header checked before any row is read
+    unused = set(user_map or {}) - {c for s in sources for c in s.columns}
+    if unused:
+        raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
+                         f"(columns of {files[0].name}: {', '.join(sources[0].columns)})")
     fields = input_fields(sources)
     sink = _Sink(fields, spill)
     names = [str(f) for f in files]
@@ -280,6 +284,11 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
     except Exception as exc:  # polars raises many kinds; all mean "unreadable"
         raise InputError(f"{p}: cannot read calendar ({' '.join(str(exc).split())[:200]})") from None
     col = next((c for c in df.columns if C.ALIASES.get(C.normalise(c)) == "date"), df.columns[0])
+    is_open = next((c for c in df.columns if C.normalise(c) == "is_open"), None)
+    if is_open is not None:   # tushare trade_cal lists closed days too, with is_open = 0
+        df = df.filter(pl.col(is_open).cast(pl.Int64, strict=False) == 1)
+        if df.height == 0:
+            raise InputError(f"{p}: calendar has no day with {is_open} = 1")
     from .readers import Source, parse_dates
     src = Source(p, df.columns, {col: "date"}, None, "utf-8")
     days = np.unique(parse_dates(df[col], src).cast(pl.Int32).to_numpy())
@@ -364,7 +373,7 @@ def factor_state_list(state: np.ndarray | None) -> list[float | None] | None:
     return None if state is None else [None if not np.isfinite(x) else float(x) for x in state]
 
 
-def factor_source(input_fields: list[str], fields: list[str]) -> str | None:
+def factor_source(fields: list[str]) -> str | None:
     """How adj_factor was obtained: from the input (vendor factor, adj_close/close) or from events."""
     if "adj_factor" not in fields:
         return None
@@ -460,7 +469,7 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
     scatter(bars, sym, pos, fields, panel)
     fill_missing(panel, present)
     factor_state = fill_event_factor(panel, fields)
-    source = factor_source(bars.fields, fields)
+    source = factor_source(fields)
     rebase = adjust.rebase(panel[:, :, fields.index("adj_factor")]) if source == "input" else None
     mf.crashpoint("ingest:filled")
     first, last = S.bar_extent(present)

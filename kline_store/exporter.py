@@ -34,6 +34,8 @@ def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFr
 def export(path: str | os.PathLike, out: str | os.PathLike) -> int:
     """Write ``to_frame(path)`` to ``out`` (.parquet or .csv); returns the number of rows."""
     out = Path(out)
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: folder {out.parent} does not exist")
     df = to_frame(path)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     suffix = out.suffix.lower()

@@ -97,6 +97,8 @@ class KlineLoader:
         if num_workers == 0:  # meaningless without workers, and DataLoader rejects them: a sweep may pass them
             for k in ("prefetch_factor", "persistent_workers", "multiprocessing_context"):
                 dataloader_kwargs.pop(k, None)
+        else:  # workers reopen the store and rebuild the window index: once, not every epoch
+            dataloader_kwargs.setdefault("persistent_workers", True)
         # batch_size=None + a sampler of index arrays: each fetch is one dataset[index_array] -> one gather.
         self.dataloader = DataLoader(_BatchFetch(dataset), batch_size=None, sampler=self.batch_sampler,
                                      collate_fn=collate, num_workers=num_workers, **dataloader_kwargs)

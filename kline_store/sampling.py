@@ -25,8 +25,6 @@ import numpy as np
 from .errors import InputError
 
 TAILS = ("pad", "drop")
-STATE_KEYS = ("epoch", "seed", "position", "n", "shuffle", "rank", "world_size", "tail", "batch_size",
-              "drop_last")
 
 
 def permutation(n: int, seed: int, epoch: int) -> np.ndarray:

@@ -392,7 +392,7 @@ def test_cpu_auto_placement_copies_only_for_a_better_layout(small):
     ld = subset.loader(batch_size=8, device="cpu")
     assert ld.placement == "device"
     ref = subset.loader(batch_size=8, device="cpu", placement="memmap")
-    for a, b in zip(ld, ref):
+    for a, b in zip(ld, ref, strict=True):
         assert all(torch.equal(a[k], b[k]) for k in a)
 
 

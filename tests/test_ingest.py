@@ -218,3 +218,17 @@ def test_locked_out_ingest_leaves_the_holder_alone(tmp_path):
         with pytest.raises(StoreLockedError):
             ingest([tmp_path / "a.csv"], tmp_path / "s")
         assert (tmp_path / "s" / ".staging" / "work").read_text() == "the holder's"
+
+
+def test_tushare_trade_cal_keeps_open_days_only(tmp_path):
+    write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n2024-01-04,2\n")
+    cal = write(tmp_path / "trade_cal.csv", "exchange,cal_date,is_open,pretrade_date\nSSE,20240101,0,20231229\n"
+                "SSE,20240102,1,20231229\nSSE,20240103,1,20240102\nSSE,20240104,1,20240103\nSSE,20240106,0,20240104\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s", calendar=str(cal))
+    assert [str(d) for d in open_store(tmp_path / "s").dates] == ["2024-01-02", "2024-01-03", "2024-01-04"]
+
+
+def test_map_of_a_missing_column_is_an_error(tmp_path):
+    write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
+    with pytest.raises(InputError, match="--map nosuch: no such column in any input"):
+        ingest([tmp_path / "a.csv"], tmp_path / "s", map=["nosuch=close"])
