@@ -373,7 +373,8 @@ def test_cuda_batches_survive_later_copies(monkeypatch):
         torch.cuda._sleep(1_000_000)  # keep the default stream busy
         kept.append(x * 1)
     want = expected(ds, ld)
-    for g, (w, _) in zip(kept, want):
+    assert len(kept) == len(want) > 0
+    for g, (w, _) in zip(kept, want, strict=True):
         assert torch.equal(g.cpu(), w)
 
 
