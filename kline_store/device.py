@@ -738,7 +738,9 @@ class DeviceLoader:
         # Workers gather from the memmap (a pinned or device copy lives in this process only); the order is
         # fixed here and handed to them as index arrays, as KlineLoader does.
         plan = list(chunks)
-        dl = DataLoader(_Fetch(self.source.dataset), batch_size=None, sampler=[idx for idx, _ in plan],
+        from .loader import _BatchFetch, _identity   # the same whole-batch fetch KlineLoader's workers use
+
+        dl = DataLoader(_BatchFetch(self.source.dataset), batch_size=None, sampler=[idx for idx, _ in plan],
                         collate_fn=_identity, num_workers=self.config["num_workers"],
                         prefetch_factor=self.config["prefetch"], pin_memory=pin)
         for (_, sizes), chunk in zip(plan, dl):
@@ -792,27 +794,10 @@ class DeviceLoader:
             start += n
 
 
-def _identity(batch: Any) -> Any:
-    return batch
-
-
 def _length(batch: Any) -> int:
     from .meter import batch_length
 
     return batch_length(batch)
-
-
-class _Fetch:
-    """Map-style dataset whose item is a whole chunk: ``fetch[index_array] -> dataset.gather_batch(...)``."""
-
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, indices: np.ndarray) -> Any:
-        return self.dataset.gather_batch(indices)
 
 
 # --------------------------------------------------------------------------- entry point
