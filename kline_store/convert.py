@@ -23,8 +23,7 @@ from .readers import WHOLE_FILE, expand_inputs, inspect_source, is_parquet, iter
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
-# Panels above this size have their written pages synced and dropped as they go (bounded resident memory).
-RELEASE_ABOVE = 256 << 20
+RELEASE_ABOVE = S.RELEASE_ABOVE
 
 
 @dataclass
@@ -476,7 +475,7 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
     data = S.finish_generation(out, gen)
     mf.crashpoint("ingest:data-in-place")
     m = S.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
-                         capacity=gen.panel.shape[1], first_bar=first, last_bar=last, n_bars=len(bars),
+                         capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
                          sources=bars.sources, created_at=None,
                          extra={"calendar_source": str(calendar) if calendar else "union of input dates",
                                 "adj_factor_source": source,

@@ -220,6 +220,9 @@ def verify_store(path: str | os.PathLike) -> list[str]:
 # --------------------------------------------------------------------------- writing
 
 
+RELEASE_ABOVE = 256 << 20   # panels above this size have written pages synced and dropped as they go
+
+
 def release(arr: np.ndarray) -> None:
     """Write back and unmap the resident pages of a memory-mapped array (no-op for plain arrays)."""
     base = arr
@@ -249,14 +252,29 @@ def default_capacity(n_dates: int) -> int:
     return n_dates + max(2520, n_dates)
 
 
+# Panels up to this size are built in memory and written row by row (cheaper than faulting in a fresh sparse
+# mapping page by page); bigger ones are built in the mapped file with their pages released as they go.
+IN_MEMORY_PANEL = 256 << 20
+
+
 @dataclass
 class NewGeneration:
-    """A data file being written in staging; ``panel`` is its writable [rows, capacity, fields] memmap."""
+    """A data file being written in staging.
+
+    ``panel`` is the [rows, n_dates, fields] array to fill: the file's own mapping (big panels) or an array in
+    memory that :func:`finish_generation` writes into the file's rows.
+    """
 
     path: Path
     generation: int
     panel: np.ndarray
     n_dates: int
+    capacity: int
+    mapped: bool
+
+    @property
+    def rows(self) -> int:
+        return int(self.panel.shape[0])
 
     def logical(self) -> np.ndarray:
         return self.panel[:, : self.n_dates, :]
@@ -264,7 +282,7 @@ class NewGeneration:
 
 def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: int, n_fields: int,
                      capacity: int | None = None, fill: bool = True) -> NewGeneration:
-    """Create a sparse data file in staging and map it.
+    """Create a sparse data file in staging and the array to fill.
 
     With ``fill`` the logical region starts as NaN; without, the caller writes every logical cell (a dense
     panel is cheaper to write once than to prefill and overwrite).
@@ -274,31 +292,37 @@ def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: 
     size = n_symbols * cap * n_fields * 4
     with open(path, "wb") as fh:
         fh.truncate(size)
-    if size == 0:
-        arr = np.zeros((n_symbols, cap, n_fields), dtype=np.float32)
+    in_memory = n_symbols * n_dates * n_fields * 4 <= IN_MEMORY_PANEL or size == 0
+    if in_memory:
+        arr = np.empty((n_symbols, n_dates, n_fields), dtype=np.float32)
     else:
         arr = np.memmap(path, dtype=np.float32, mode="r+", shape=(n_symbols, cap, n_fields))
-        if fill:
-            arr[:, :n_dates, :] = np.nan
-    return NewGeneration(path, generation, arr, n_dates)
+    if fill:
+        arr[:, :n_dates, :] = np.nan
+    return NewGeneration(path, generation, arr, n_dates, cap, not in_memory)
 
 
 def finish_generation(store_dir: Path, gen: NewGeneration) -> dict:
-    """Flush, checksum and move the data file into the store; returns the manifest's ``data`` entry."""
+    """Write (or flush), checksum and move the data file into the store; returns the manifest's ``data``."""
     logical = gen.logical()
+    nf = logical.shape[2] if logical.ndim == 3 else 0
     parts = [np.zeros(0, np.uint32)]
-    big = logical.nbytes > 256 << 20
-    for lo in range(0, logical.shape[0], 256):   # a block of rows at a time, pages of big panels released
-        parts.append(mf.row_crcs(logical[lo: lo + 256]))
-        if big:
-            release(gen.panel)
     with open(gen.path, "rb+") as fh:
-        os.fsync(fh.fileno())   # also writes back pages dirtied through the mapping (one page cache)
+        for lo in range(0, logical.shape[0], 256):   # a block of rows at a time
+            block = logical[lo: lo + 256]
+            parts.append(mf.row_crcs(block))
+            if not gen.mapped:
+                for i in range(block.shape[0]):
+                    os.pwrite(fh.fileno(), block[i].data, (lo + i) * gen.capacity * nf * 4)
+            elif logical.nbytes > RELEASE_ABOVE:
+                release(gen.panel)                  # bounded resident memory for big panels
+        os.fsync(fh.fileno())   # also writes back pages dirtied through a mapping (one page cache)
     final = store_dir / gen.path.name
     os.replace(gen.path, final)
     mf.fsync_dir(store_dir)
-    return {"file": final.name, "generation": gen.generation, "rows": int(gen.panel.shape[0]),
-            "size": int(gen.panel.size * 4), "row_crc32": (crcs := np.concatenate(parts)).tolist(),
+    crcs = np.concatenate(parts)
+    return {"file": final.name, "generation": gen.generation, "rows": gen.rows,
+            "size": gen.rows * gen.capacity * nf * 4, "row_crc32": crcs.tolist(),
             "checksum": mf.file_checksum(crcs)}
 
 
@@ -365,7 +389,7 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
         first, last = bar_extent(present)
         data = finish_generation(store_dir, gen)
         m = build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
-                           capacity=gen.panel.shape[1], first_bar=first, last_bar=last,
+                           capacity=gen.capacity, first_bar=first, last_bar=last,
                            n_bars=int(present.sum()), sources=sources, extra=extra)
         mf.commit(store_dir, m)
         clean_staging(store_dir)

@@ -297,7 +297,7 @@ def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase:
     mf.crashpoint("rewrite:filled")
     data = S.finish_generation(store_dir, gen)
     mf.crashpoint("rewrite:data-in-place")
-    return _commit(store_dir, old, plan, data, gen.panel.shape[1], first, last, int(present.sum()), bars,
+    return _commit(store_dir, old, plan, data, gen.capacity, first, last, int(present.sum()), bars,
                    state, rebase)
 
 
