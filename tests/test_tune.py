@@ -86,7 +86,8 @@ def test_config_validation_and_resolution(tmp_path):
     store = tmp_path / "st"
     store.mkdir()
     assert tn.load_config(store, 64, 256, "cpu") is None
-    assert tn.resolve_config("auto", store, 64, 256, "cpu") == tn.DEFAULT_CONFIG
+    assert tn.resolve_config("auto", store, 64, 256, "cpu") == dict(tn.DEFAULT_CONFIG, pin_memory=False)
+    assert tn.resolve_config("auto", store, 64, 256, "cuda") == tn.DEFAULT_CONFIG  # pinned: CUDA only
     cfg = {"backend": "processes", "num_workers": 2, "prefetch": 4, "pin_memory": False}
     path = tn.save_config(store, 64, 256, "cpu", cfg, [{"x": 1}])
     assert path == store / "tune.json"
