@@ -90,6 +90,15 @@ def gather_windows(panel_t: torch.Tensor, row_stride: int, n_fields: int, sym: t
     return torch.index_select(view, 0, start, out=out)
 
 
+def _position(i: int, n: int, what: str) -> int:
+    """Python-style index (negatives count from the end) checked against ``n`` items."""
+    i = int(i)
+    j = i + n if i < 0 else i
+    if not 0 <= j < n:
+        raise IndexError(f"{what} {i} out of range [0, {n})")
+    return j
+
+
 def _alloc(shape: Sequence[int], dtype: torch.dtype, device: torch.device | None = None) -> torch.Tensor:
     """A fresh tensor; a whole batch inside a DataLoader worker goes directly into shared memory, so sending it
     costs no copy (single samples do not: a shared segment per sample costs more than the copy it saves)."""
@@ -596,12 +605,7 @@ class KlineDataset(torch.utils.data.Dataset):
 
     def __getitem__(self, i: int) -> dict[str, Any]:
         """One sample (per-sample path, for a plain DataLoader): ``x``, ``y``, ``symbol`` (int), ``t`` (int)."""
-        n = len(self)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"sample {i} out of range [0, {n})")
+        i = _position(i, len(self), "sample")
         b = self.gather_batch(np.array([i]))
         item: dict[str, Any] = {"x": b["x"][0], "y": b["y"][0], "symbol": int(b["symbol"][0]),
                                 "t": int(b["t"][0])}
@@ -815,12 +819,7 @@ class CrossSectionDataset(torch.utils.data.Dataset):
         return order[off[i]: off[i + 1]]
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        n = len(self)
-        i = int(i)
-        if i < 0:
-            i += n
-        if not 0 <= i < n:
-            raise IndexError(f"day {i} out of range [0, {n})")
+        i = _position(i, len(self), "day")
         b = self.windows.gather_flat(self.day_windows(i))
         b["t"] = int(self._tables()[0][i])  # type: ignore[assignment]
         return b
