@@ -254,7 +254,7 @@ class IngestReport:
         if self.skipped_empty:
             out.append(f"skipped {self.skipped_empty} row(s) whose prices are all missing (no bar)")
         for f, cols in list(self.dropped_columns.items())[:3]:
-            out.append(f"ignored text column(s) {', '.join(cols)} in {f}")
+            out.append(f"ignored column(s) {', '.join(cols)} in {f} (text, or a second column for a field)")
         out.extend(("warning " + p.line()) for p in self.problems)
         if not self.problems:
             out.append("problems: none")

@@ -162,7 +162,10 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
     dropped = _text_extras(src, set(user_map or {}))
     for col in dropped:
         del mapping[col]
-    src.dropped = dropped
+    # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
+    shadowed = [c for c in cols if c not in mapping and C.normalise(c)
+                and not C.normalise(c).startswith("unnamed") and C.normalise(c) != "index" and c not in dropped]
+    src.dropped = dropped + shadowed
     return src
 
 

@@ -83,8 +83,8 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         finally:
             old.close()
         S.clean_staging(store_dir)
-    if not dry_run and plan.mode == "rewrite":
-        S.gc(store_dir)
+    if not dry_run and plan.mode != "none":
+        S.gc(store_dir)   # old files and version copies no reader pins (cheap: a lock probe per file)
     cal = EPOCH + plan.calendar.astype("timedelta64[D]")
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
