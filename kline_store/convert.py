@@ -436,6 +436,8 @@ def _only_leftovers(folder: Path) -> bool:
     """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
     for p in folder.iterdir():
         n = p.name
+        if n == mf.VERSIONS_DIR and any(p.glob("v*.json")):
+            return False   # version copies: a store that lost its manifest.json, recoverable, not leftovers
         if not (n in (lock.LOCK_NAME, S.STAGING, mf.VERSIONS_DIR) or n.startswith(f".{mf.MANIFEST}.tmp-")
                 or (n.startswith("data-g") and n.endswith(".f32"))):
             return False

@@ -156,11 +156,12 @@ class HostRing:
         alloc: makes one buffer (called ``n_slots`` times, eagerly).
     """
 
-    def __init__(self, n_slots: int, alloc: Callable[[], Any]) -> None:
+    def __init__(self, n_slots: int, alloc: Callable[[], Any], buffers: list[Any] | None = None) -> None:
         if n_slots < 1:
             raise InputError(f"HostRing needs at least one slot (got {n_slots})")
         self._free: queue.SimpleQueue[tuple[int, Any]] = queue.SimpleQueue()
-        self.buffers = [alloc() for _ in range(n_slots)]
+        # ``buffers``: reuse another ring's (pinned memory is costly to allocate), with fresh slot state.
+        self.buffers = buffers if buffers is not None else [alloc() for _ in range(n_slots)]
         self._pending: list[Any] = [None] * n_slots
         for k in range(n_slots):
             self._free.put((k, None))
@@ -184,21 +185,6 @@ class HostRing:
     def release(self, k: int, event: Any = None) -> None:
         """Give slot ``k`` back; ``event`` (``synchronize()``-able) marks the end of the copy reading it."""
         self._free.put((k, event))
-
-    def reset(self) -> None:
-        """Mark every slot free again, for a new pass.
-
-        A loop that stops in the middle of an epoch (``break``) leaves slots held by chunks that were gathered
-        but never consumed; without a reset the next epoch would wait for them forever. The caller must make
-        sure no copy out of the buffers is still running (synchronise the device first).
-        """
-        while True:
-            try:
-                self._free.get_nowait()
-            except queue.Empty:
-                break
-        for k in range(len(self.buffers)):
-            self._free.put((k, None))
 
 
 class Recycler:
@@ -677,7 +663,7 @@ class DeviceLoader:
             k = ring.acquire()
             out = _map(lambda t: t[: len(idx)], ring.buffers[k])
             try:
-                return gather(idx, out=out), sizes, k
+                return gather(idx, out=out), sizes, (ring, k)   # the ring of this pass travels with its slot
             except BaseException:
                 ring.release(k)
                 raise
@@ -693,22 +679,24 @@ class DeviceLoader:
         finally:
             pf.close(join=False)
             if ring is not None:   # producers may wait for slots held by chunks nobody will consume
-                self._free_ring(ring)
+                for k in range(len(ring)):
+                    ring.release(k)
             pf.join()
-
-    def _free_ring(self, ring: HostRing) -> None:
-        """Every slot free again, once no copy out of the buffers can still be running."""
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        ring.reset()
+            if ring is not None:
+                self._passes -= 1
 
     def _make_ring(self, n_slots: int, capacity: int) -> HostRing:
+        """A ring for one pass. Each pass gets its own slot state (a pass that stopped early, `break`, keeps
+        its slots held and may still release them late); the pinned buffers are reused when no other pass is
+        running and no copy out of them can still be in flight."""
         import torch
 
-        if self.ring is not None and len(self.ring) == n_slots and self._ring_capacity == capacity:
-            self._free_ring(self.ring)   # a new pass: whatever an abandoned one held is free again
+        self._passes = getattr(self, "_passes", 0) + 1
+        if (self.ring is not None and len(self.ring) == n_slots and self._ring_capacity == capacity
+                and self._passes == 1):
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)   # copies of an abandoned pass may still read them
+            self.ring = HostRing(n_slots, lambda: None, buffers=self.ring.buffers)
         else:
             probe = self.source.memmap_gather()(np.zeros(1, dtype=np.int64))
 
@@ -749,7 +737,6 @@ class DeviceLoader:
     def _cuda_stage(self, host: Iterator[tuple[Any, list[int], int | None]], torch: Any) -> Iterator[Any]:
         """Copy host chunks on a side stream, one chunk ahead of the consumer; yield device batches."""
         side = torch.cuda.Stream(self.device)
-        ring = self.ring
         inflight: collections.deque[tuple[Any, list[int], Any]] = collections.deque()
 
         def issue(item: tuple[Any, list[int], int | None]) -> None:
@@ -758,8 +745,9 @@ class DeviceLoader:
                 dev = _map(lambda t: t.to(self.device, non_blocking=True), chunk)
                 event = torch.cuda.Event()
                 event.record(side)
-            if slot is not None and ring is not None:
-                ring.release(slot, event)  # the producer waits on `event` before refilling the slot
+            if slot is not None:
+                ring, k = slot
+                ring.release(k, event)  # the producer waits on `event` before refilling the slot
             inflight.append((dev, sizes, event))
 
         source = iter(host)

@@ -102,14 +102,30 @@ def commit(store_dir: Path, manifest: dict) -> None:
     crashpoint("commit:done")
 
 
+def ensure_version_copy(store_dir: Path, manifest: dict) -> None:
+    """Write the copy of the current version under versions/ if a crash (or the gap after the swap) left it
+    missing; best effort (a read-only store on a shared filesystem simply keeps going without it)."""
+    path = store_dir / VERSIONS_DIR / version_file_name(manifest["version"])
+    if path.exists():
+        return
+    try:
+        path.parent.mkdir(exist_ok=True)
+        write_json_atomic(path, manifest, durable=False)
+    except OSError:
+        pass
+
+
 def read_manifest(store_dir: Path, version: int | None = None) -> dict:
     """Read the current manifest (or a given version's) and check it is one of ours."""
     path = store_dir / MANIFEST if version is None else store_dir / VERSIONS_DIR / version_file_name(version)
     if not store_dir.exists():
         raise StoreError(f"{store_dir}: no such store")
     if version is not None and (store_dir / MANIFEST).exists():
-        current = read_manifest(store_dir)
-        if current["version"] == version:
+        try:
+            current = read_manifest(store_dir)
+        except StoreError:
+            current = None     # a damaged current manifest must not hide the older versions' copies
+        if current is not None and current["version"] == version:
             return current     # the durable original; its copy may be missing or torn after a crash
     if not path.exists():
         if version is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob as _glob
 import io
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
@@ -163,6 +164,8 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
     for col in dropped:
         del mapping[col]
     # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
+    for c in [c for c in cols if re.search(r"_duplicated_\d+$", c) and c in mapping]:
+        del mapping[c]   # polars' name for a repeated header ("close,close"): the first one is the field
     shadowed = [c for c in cols if c not in mapping and C.normalise(c)
                 and not C.normalise(c).startswith("unnamed") and C.normalise(c) != "index" and c not in dropped]
     src.dropped = dropped + shadowed

@@ -76,6 +76,8 @@ class Store:
         """Hold this version's manifest copy too, so gc keeps it while this snapshot is open (workers reopen
         the exact version from it)."""
         vfile = self.path / mf.VERSIONS_DIR / mf.version_file_name(self.version)
+        if not vfile.exists():
+            mf.ensure_version_copy(self.path, self.manifest)   # a crash or the gap after a commit left none
         try:
             self._vfd: int | None = os.open(vfile, os.O_RDONLY)
         except FileNotFoundError:
@@ -241,10 +243,15 @@ def staging_dir(store_dir: Path) -> Path:
 
 
 def clean_staging(store_dir: Path) -> None:
-    """Remove what a killed writer left behind (staging, half-written manifest copies). Hold the writer lock."""
+    """Remove what a killed writer left behind (staging, half-written manifest copies) and restore the
+    current version's copy if it is missing. Hold the writer lock."""
     shutil.rmtree(store_dir / STAGING, ignore_errors=True)
     for tmp in [*store_dir.glob(f".{mf.MANIFEST}.tmp-*"), *store_dir.glob(f"{mf.VERSIONS_DIR}/.v*.tmp-*")]:
         tmp.unlink(missing_ok=True)
+    try:
+        mf.ensure_version_copy(store_dir, mf.read_manifest(store_dir))
+    except StoreError:
+        pass
 
 
 def default_capacity(n_dates: int) -> int:
@@ -288,6 +295,8 @@ def start_generation(store_dir: Path, generation: int, n_symbols: int, n_dates: 
     panel is cheaper to write once than to prefill and overwrite).
     """
     cap = capacity or default_capacity(n_dates)
+    if cap < n_dates:
+        raise InputError(f"capacity={cap} is below the {n_dates} dates to store")
     path = staging_dir(store_dir) / mf.data_file_name(generation)
     size = n_symbols * cap * n_fields * 4
     with open(path, "wb") as fh:

@@ -111,9 +111,14 @@ def rebase_input_factor(old: S.Store, bars: Bars) -> dict[str, float]:
     whose scale moved with later dividends); else the symbol's stored divisor (tushare's absolute factor);
     else, for a new symbol, its own first factor.
     """
-    stored_div = dict(zip(old.symbols, old.manifest.get("adj_rebase") or []))
-    if old.manifest.get("adj_factor_source") != "input" or "adj_factor" not in bars.fields:
-        return {k: v for k, v in stored_div.items() if v is not None}
+    source = old.manifest.get("adj_factor_source")
+    first_factor = source is None and "adj_factor" not in old.fields   # a vendor factor arrives now
+    if (source != "input" and not first_factor) or "adj_factor" not in bars.fields:
+        return {k: v for k, v in zip(old.symbols, old.manifest.get("adj_rebase") or []) if v is not None}
+    # Stores written before rebasing existed keep their factors as given: divisor 1.
+    stored_div = dict(zip(old.symbols, old.manifest.get("adj_rebase") or [1.0] * old.n_symbols))
+    if first_factor:
+        stored_div = {}
     fi = bars.fields.index("adj_factor")
     given = bars.values[:, fi].astype(np.float64)
     old_days = (old.dates - EPOCH).astype(np.int64)
@@ -134,6 +139,9 @@ def rebase_input_factor(old: S.Store, bars: Bars) -> dict[str, float]:
                 if both.any():
                     k = int(np.argmax(both))
                     scale = g[on_old][k] / stored[k]
+                    known = stored_div[name]
+                    if known is not None and abs(scale / known - 1) < 1e-5:
+                        scale = known   # the same scale, up to float32 rounding of the stored factor
             if not np.isfinite(scale):
                 scale = stored_div[name] if stored_div[name] is not None else np.nan
         if not np.isfinite(scale):
@@ -164,6 +172,8 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
     in_fields = bars.fields
     new_fields = [f for f in in_fields if f not in old.fields]
     source = old.manifest.get("adj_factor_source")
+    if source is None and "adj_factor" in new_fields:
+        source = "input"                       # a vendor factor arrives for the first time
     split, div = adjust.event_columns(old.fields + new_fields)
     if (split or div) and "adj_factor" not in old.fields + new_fields:
         new_fields.append("adj_factor")        # events arrive for the first time: as a full ingest would
@@ -181,6 +191,9 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
         stored = np.asarray(old.panel[o_sym[:, None], o_pos[:, None], np.asarray(fidx)[None, :]])
         given = bars.values[overlap][:, [in_fields.index(c) for c in cols]]
         diff = np.isfinite(given) & (stored != given)
+        if "adj_factor" in cols:   # a rescaled vendor factor may differ from the stored one in the last bit
+            j = cols.index("adj_factor")
+            diff[:, j] &= ~np.isclose(given[:, j], stored[:, j], rtol=1e-6, atol=0)
         per_bar = diff.sum(axis=1)
         if per_bar.any():
             counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
@@ -201,11 +214,19 @@ def _event_state(old: S.Store) -> tuple[np.ndarray, np.ndarray]:
     Reads one cell per symbol (its last bar), not the close history: the cost of a daily append stays
     proportional to the new data.
     """
+    from .adjust import last_finite
     close = np.full(old.n_symbols, np.nan)
-    has = old.last_bar >= 0
-    if has.any():
-        rows = np.flatnonzero(has)
-        close[rows] = old.panel[rows, old.last_bar[rows], old.field_index("close")]
+    fc = old.field_index("close")
+    rows = np.flatnonzero(old.last_bar >= 0)
+    if rows.size:   # the last finite close: look a few days back from each last bar, all history if needed
+        lo = np.maximum(old.last_bar[rows] - 31, 0)
+        span = lo[:, None] + np.arange(32)[None, :]
+        recent = old.panel[rows[:, None], np.minimum(span, old.n_dates - 1), fc]
+        recent = np.where(span <= old.last_bar[rows][:, None], recent, np.nan)
+        close[rows] = last_finite(recent)
+        missing = rows[~np.isfinite(close[rows])]
+        if missing.size:
+            close[missing] = last_finite(np.asarray(old.panel[missing, :, fc]))
     state = old.manifest.get("adj_last_factor") or [None] * old.n_symbols
     return close, np.array([np.nan if x is None else x for x in state], dtype=np.float64)
 

@@ -280,3 +280,31 @@ def test_yahoo_factor_is_rebased_and_a_redownload_keeps_its_scale(tmp_path):
     assert rep.extra["revised cells"] == "2 in 1 symbol(s): X 2"
     f = open_store(tmp_path / "s").array("adj_factor")[0]
     assert f.tolist() == pytest.approx([1.0, 1.0, 1.25])   # 4.5/9 over 4/10: the ratio survives
+
+
+def test_resending_days_with_a_vendor_factor_is_no_revision(tmp_path):
+    """tushare's adj_factor is absolute; stored rebased, a re-sent day must match it exactly, not by 1 ulp."""
+    rows = [f"A,202401{d:02d},{10 + d * 0.37:.2f},{108.123 + d * 0.01:.3f}" for d in range(2, 22)]
+    write(tmp_path / "a.csv", "ts_code,trade_date,close,adj_factor\n" + "\n".join(rows[:15]) + "\n")
+    write(tmp_path / "b.csv", "ts_code,trade_date,close,adj_factor\n" + "\n".join(rows[5:]) + "\n")
+    write(tmp_path / "all.csv", "ts_code,trade_date,close,adj_factor\n" + "\n".join(rows) + "\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s")
+    rep = append(tmp_path / "s", [tmp_path / "b.csv"])
+    assert rep.extra["mode"] == "tail" and rep.extra["revised cells"].startswith("0 in 0")
+    ingest([tmp_path / "all.csv"], tmp_path / "ref")
+    x, y = open_store(tmp_path / "s"), open_store(tmp_path / "ref")
+    np.testing.assert_allclose(x.array("adj_factor"), y.array("adj_factor"), rtol=1e-6)
+    assert x.array("adj_factor")[0, 0] == 1.0
+
+
+def test_a_dividend_after_a_bar_without_close_uses_the_last_close(tmp_path):
+    write(tmp_path / "a.csv", "symbol,date,open,close,dividend\nA,2024-01-02,10,10,\nA,2024-01-03,10,10,\n"
+                              "A,2024-01-04,10,,\n")
+    write(tmp_path / "b.csv", "symbol,date,open,close,dividend\nA,2024-01-05,9,9,1\n")
+    write(tmp_path / "all.csv", "symbol,date,open,close,dividend\nA,2024-01-02,10,10,\nA,2024-01-03,10,10,\n"
+                                "A,2024-01-04,10,,\nA,2024-01-05,9,9,1\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s")
+    append(tmp_path / "s", [tmp_path / "b.csv"])
+    ingest([tmp_path / "all.csv"], tmp_path / "ref")
+    assert_same_store(open_store(tmp_path / "s"), open_store(tmp_path / "ref"))
+    assert open_store(tmp_path / "s").array("adj_factor")[0, 3] == pytest.approx(10 / 9)

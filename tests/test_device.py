@@ -524,13 +524,17 @@ def test_ring_is_freed_for_a_new_pass_after_a_break(small_store, monkeypatch):
     ds = KlineDataset(small_store, window=8)
     ld = ds.loader(batch_size=16, device="cpu", placement="memmap",
                    config={"backend": "threads", "num_workers": 1, "prefetch": 2, "pin_memory": True})
+    buffers = None
     for _ in range(4):
         gen = ld._host_threads(ld._chunk_plan(ld.source.index_batches()), pin=True)
-        chunk, sizes, slot = next(gen)
-        ld.ring.release(slot)      # as the CUDA stage does once the copy is queued
+        chunk, sizes, (ring, k) = next(gen)
+        ring.release(k)            # as the CUDA stage does once the copy is queued
         time.sleep(0.1)            # producers fill the prefetch depth, holding slots
         gen.close()                # the training loop breaks out
+        ring.release(k)            # a late release of the abandoned pass: must not touch the next pass
+        buffers = buffers or ring.buffers
+        assert ring.buffers is buffers   # the (pinned) buffers are reused, pass after pass
     gen = ld._host_threads(ld._chunk_plan(ld.source.index_batches()), pin=True)
-    got = [item for item, _ in zip(gen, range(3))]
-    assert len(got) == 3           # a fresh pass gets slots (before the fix: a hang)
+    got = [slot for (_, _, slot), _ in zip(gen, range(3))]
+    assert len(got) == 3 and len({k for _, k in got}) == 3   # a fresh pass gets distinct slots (was a hang)
     gen.close()

@@ -165,6 +165,7 @@ def test_kill9_right_after_the_manifest_swap_is_the_new_version(real, tmp_path):
     assert r.returncode == -signal.SIGKILL and verify_store(tmp_path / "s") == []
     st = open_store(tmp_path / "s")
     assert st.n_symbols == 10 and open_store(tmp_path / "s", version=st.version).n_symbols == 10
+    assert (tmp_path / "s" / "versions" / f"v{st.version:06d}.json").exists()   # the reader restored the copy
     with pytest.raises(StoreError, match="not available"):
         open_store(tmp_path / "s", version=st.version + 1)
 
