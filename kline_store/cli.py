@@ -33,13 +33,14 @@ def cli() -> None:
 @click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name, e.g. 'Px Last=close'.")
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
+@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, wait, quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait, quiet) -> None:
     """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
     from .convert import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
-              replace=replace)
+              replace=replace, symbol_pattern=symbol_pattern)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -50,12 +51,14 @@ def ingest(inputs, out, calendar, mapping, strict, replace, wait, quiet) -> None
 @click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name.")
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No summary.")
-def append(store, inputs, mapping, strict, dry_run, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from .update import append as run
-    rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet)
+    rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
+              symbol_pattern=symbol_pattern)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

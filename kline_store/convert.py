@@ -169,14 +169,15 @@ def input_fields(sources: list) -> list[str]:
 
 
 def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
-              strict: bool = False, quiet: bool = True, spill: Path | None = None) -> Bars:
+              strict: bool = False, quiet: bool = True, spill: Path | None = None,
+              symbol_pattern: str | None = None) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
         spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
     """
     files = expand_inputs(list(inputs))
-    sources = [inspect_source(f, user_map) for f in files]   # every header checked before any row is read
+    sources = [inspect_source(f, user_map, symbol_pattern) for f in files]   # all headers before any row
     unused = set(user_map or {}) - {c for s in sources for c in s.columns}
     if unused:
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
@@ -383,7 +384,7 @@ def factor_source(fields: list[str]) -> str | None:
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
-           replace: bool = False) -> IngestReport:
+           replace: bool = False, symbol_pattern: str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs).
 
     Args:
@@ -397,6 +398,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         wait: seconds to wait for another writer's lock.
         replace: rebuild an existing store at ``out`` from these inputs alone (atomically; without it an
             existing store is refused, so a day's file cannot wipe out years of history by mistake).
+        symbol_pattern: regular expression for the symbol in one-file-per-symbol names (its first group),
+            e.g. ``r"yahoofinance-(\w+)-"``; default: the name without its suffix.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -417,7 +420,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     with lock.WriterLock(out, wait=wait):   # cleanup below runs only while this process holds the lock
         try:
             version, n_bars, bars, symbols, fields, dates = _build(inputs, out, calendar, umap, strict, quiet,
-                                                                   capacity)
+                                                                   capacity, symbol_pattern)
         except BaseException:
             S.clean_staging(out)
             if created and not (out / mf.MANIFEST).exists():
@@ -444,14 +447,14 @@ def _only_leftovers(folder: Path) -> bool:
     return True
 
 
-def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity):
+def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, symbol_pattern):
     """The whole ingest under the writer lock (held by the caller)."""
     S.clean_staging(out)
     # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in expand_inputs(list(inputs))) > WHOLE_FILE
     bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
-                     spill=S.staging_dir(out) / "bars.spill" if big else None)
+                     spill=S.staging_dir(out) / "bars.spill" if big else None, symbol_pattern=symbol_pattern)
     days = np.asarray(bars.day)
     cal = read_calendar(calendar) if calendar else np.unique(days)
     pos = calendar_positions(days, cal, bars).astype(np.int32)

@@ -68,12 +68,19 @@ def _is_data_file(p: Path) -> bool:
     return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
 
 
-def symbol_from_name(p: Path) -> str:
-    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`)."""
+def symbol_from_name(p: Path, pattern: str | None = None) -> str:
+    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
+    what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
     name = p.name
     for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
         if name.lower().endswith(suffix):
-            return name[: -len(suffix)]
+            name = name[: -len(suffix)]
+            break
+    if pattern:
+        m = re.search(pattern, name)
+        if m is None:
+            raise InputError(f"{p}: --symbol-pattern {pattern!r} does not match the file name {name!r}")
+        return m.group(1) if m.groups() else m.group(0)
     return name
 
 
@@ -92,6 +99,7 @@ class Source:
     encoding: str
     separator: str = ","
     dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
+    symbol_pattern: str | None = None                    # regex for the symbol in the file name
     head: pl.DataFrame | None = None                     # first rows as text (see _head)
 
     @property
@@ -131,7 +139,8 @@ def _sniff_separator(first_line: str) -> str:
     return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
-def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source:
+def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None
+                   ) -> Source:
     """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
     try:
         if is_parquet(path):
@@ -154,7 +163,9 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None) -> Source
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
     mapping = C.resolve_columns(cols, user_map)
     canon = set(mapping.values())
-    src = Source(path, cols, mapping, data, enc, sep)
+    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern)
+    if not src.symbol_column:
+        symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
     if "date" not in canon:
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
@@ -275,7 +286,7 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
     parsed with the header in front). Only if it fails is the file re-read as text to find the offending
     cell, so errors name file, line, column and value.
     """
-    symbol = symbol_from_name(src.path)
+    symbol = symbol_from_name(src.path, src.symbol_pattern)
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)

@@ -49,7 +49,7 @@ class Plan:
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
-           wait: float = 0.0, quiet: bool = True) -> IngestReport:
+           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -68,7 +68,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet)
+    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet, symbol_pattern=symbol_pattern)
     with lock.WriterLock(store_dir, wait=wait):
         old = S.open_store(store_dir, verify=False)
         try:

@@ -233,3 +233,12 @@ def test_map_of_a_missing_column_is_an_error(tmp_path):
     write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
     with pytest.raises(InputError, match="--map nosuch: no such column in any input"):
         ingest([tmp_path / "a.csv"], tmp_path / "s", map=["nosuch=close"])
+
+
+def test_symbol_pattern_in_file_names(real, tmp_path):
+    files = sorted((real / "yahoo_mplfinance").glob("yahoofinance-*.csv"))
+    rep = ingest(files, tmp_path / "s", symbol_pattern=r"yahoofinance-(\w+)-")
+    assert open_store(tmp_path / "s").symbols == ["AAPL", "GOOG", "INTC", "SPY"]   # SPY's two files join
+    assert rep.n_bars == sum(1 for f in files for _ in open(f)) - len(files)
+    with pytest.raises(InputError, match="--symbol-pattern 'zzz' does not match the file name"):
+        ingest(files[:1], tmp_path / "t", symbol_pattern="zzz")
