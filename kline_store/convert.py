@@ -399,7 +399,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         replace: rebuild an existing store at ``out`` from these inputs alone (atomically; without it an
             existing store is refused, so a day's file cannot wipe out years of history by mistake).
         symbol_pattern: regular expression for the symbol in one-file-per-symbol names (its first group),
-            e.g. ``r"yahoofinance-(\w+)-"``; default: the name without its suffix.
+            e.g. ``r"yahoofinance-(\\w+)-"``; default: the name without its suffix.
 
     Returns:
         IngestReport with counts and the problems found.
