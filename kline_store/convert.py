@@ -23,7 +23,6 @@ from .readers import WHOLE_FILE, expand_inputs, inspect_source, is_parquet, iter
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
-RELEASE_ABOVE = S.RELEASE_ABOVE
 
 
 @dataclass
@@ -325,7 +324,7 @@ def scatter(bars: Bars, sym: np.ndarray, day_pos: np.ndarray, fields: list[str],
         if not direct:
             v = np.stack([v[:, j] if j >= 0 else np.full(len(v), np.nan, np.float32) for j in src_idx], axis=1)
         out[sym[lo: lo + chunk], day_pos[lo: lo + chunk], :] = v
-        if len(sym) > chunk and out.nbytes > RELEASE_ABOVE:
+        if len(sym) > chunk and out.nbytes > S.RELEASE_ABOVE:
             S.release(out)
             S.release(bars.values)
 
@@ -335,7 +334,7 @@ def fill_missing(panel: np.ndarray, present: np.ndarray, rows: int = 256) -> Non
     for lo in range(0, panel.shape[0], rows):
         block = panel[lo: lo + rows]
         block[~present[lo: lo + rows]] = np.nan
-        if panel.shape[0] > rows and panel.nbytes > RELEASE_ABOVE:
+        if panel.shape[0] > rows and panel.nbytes > S.RELEASE_ABOVE:
             S.release(panel)
 
 
@@ -452,8 +451,9 @@ def _build(inputs, out: Path, calendar, umap, strict, quiet, capacity, symbol_pa
     S.clean_staging(out)
     # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
     # ones keep them in memory, which is faster.
-    big = sum(_size(f) for f in expand_inputs(list(inputs))) > WHOLE_FILE
-    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet,
+    files = expand_inputs(list(inputs))   # walk folders and globs once; read_bars gets the files
+    big = sum(_size(f) for f in files) > WHOLE_FILE
+    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet,
                      spill=S.staging_dir(out) / "bars.spill" if big else None, symbol_pattern=symbol_pattern)
     days = np.asarray(bars.day)
     cal = read_calendar(calendar) if calendar else np.unique(days)
