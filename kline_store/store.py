@@ -85,6 +85,17 @@ class Store:
             return
         lock.pin_shared(self._vfd)
 
+    def map_private(self) -> np.ndarray:
+        """The data file's rows as one flat float32 array: a private, copy-on-write mapping of the file this
+        snapshot pinned (never the path again). The array is writable so torch can wrap it without a warning;
+        a write would stay in this process's memory and never reach the file. Row ``s`` starts at element
+        ``s * row_stride``; pages are read from the shared page cache, so N processes hold one copy."""
+        n = int(self.manifest["data"]["rows"]) * self.row_stride
+        if n == 0 or self._fd is None:
+            return np.zeros(0, dtype=np.float32)
+        mm = mmap.mmap(self._fd, n * 4, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        return np.frombuffer(mm, dtype=np.float32)
+
     @property
     def panel(self) -> np.ndarray:
         """Read-only [n_symbols, n_dates, n_fields] float32 view of the memmap; NaN where there is no bar."""
