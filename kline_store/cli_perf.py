@@ -60,17 +60,22 @@ def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -
 @click.command()
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--window", "-w", type=int, default=64, show_default=True, help="Window length.")
-@click.option("--fields", help="Comma-separated fields (default: the store's first 6).")
+@click.option("--fields", help="Comma-separated fields (default: open high low close volume amount).")
 @click.option("--batch-size", "-b", type=int, default=256, show_default=True, help="Batch size of every variant.")
-@click.option("--samples", type=int, default=1_000_000, show_default=True,
-              help="Target sample count (kline-store's loader runs all of it).")
+@click.option("--samples", type=int, default=1_000_000, show_default=True, help="Windows timed per fast row.")
 @click.option("--classic-samples", type=int, default=20_000, show_default=True,
-              help="Samples timed per classic variant, extrapolated to --samples.")
+              help="Windows timed per per-sample row, extrapolated to --samples.")
+@click.option("--rounds", type=int, default=3, show_default=True,
+              help="Repetitions of the fast rows; the best is reported with the spread.")
 @click.option("--only", multiple=True, help="Run only these variants (repeatable).")
+@click.option("--min-cache-multiple", type=float, default=4.0, show_default=True,
+              help="A store smaller than this many times the L3 cache is replaced by a synthetic one (0: never).")
+@click.option("--scratch", type=click.Path(file_okay=False), help="Folder for the synthetic store (default: temp).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG bar chart (needs matplotlib).")
-def bench(store, window, fields, batch_size, samples, classic_samples, only, as_json, plot) -> None:
-    """Compare classic loading recipes with kline-store's loader on STORE, against memcpy."""
+def bench(store, window, fields, batch_size, samples, classic_samples, rounds, only, min_cache_multiple, scratch,
+          as_json, plot) -> None:
+    """Every way to load STORE's windows, against a bare gather, on a store bigger than the CPU cache."""
     from .bench import VARIANTS, format_table
     from .bench import bench as run
     from .bench import plot as draw
@@ -83,10 +88,12 @@ def bench(store, window, fields, batch_size, samples, classic_samples, only, as_
 
     def row(r) -> None:
         if not as_json:
-            click.echo(f"  {r.name:<16}{r.samples_per_s:>14,.0f} samples/s", err=True)
+            text = "skipped" if r.skipped else f"{r.samples_per_s:>14,.0f} windows/s"
+            click.echo(f"  {r.name:<20}{text}", err=True)
 
     res = run(store, window=window, fields=_split_fields(fields), batch_size=batch_size, samples=samples,
-              classic_samples=classic_samples, variants=list(only) or VARIANTS, progress=row)
+              classic_samples=classic_samples, rounds=rounds, variants=list(only) or VARIANTS, min_cache_multiple=min_cache_multiple, scratch=scratch,
+              progress=row, say=lambda s: click.echo(s, err=True))
     if as_json:
         click.echo(json.dumps(res.as_dict(), indent=1))
     else:

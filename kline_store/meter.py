@@ -20,44 +20,12 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Generic, TypeVar
 
+from .batches import batch_length
+from .errors import InputError
+
 T = TypeVar("T")
 
 __all__ = ["MeterReport", "Watch", "batch_length", "watch"]
-
-
-def batch_length(batch: Any) -> int:
-    """Number of samples in a batch of any common shape.
-
-    Tensors and arrays count their first dimension; tuples, lists and dicts count their first element (so
-    ``(x, y)`` and ``{"x": x, "y": y}`` both count ``len(x)``); anything else with ``len()`` counts that.
-
-    Args:
-        batch: one batch as yielded by a loader.
-
-    Returns:
-        The number of samples, 1 when nothing better is known.
-    """
-    for _ in range(8):  # bounded descent into nested containers
-        shape = getattr(batch, "shape", None)
-        if shape is not None:
-            return int(shape[0]) if len(shape) else 1
-        if isinstance(batch, dict):
-            if not batch:
-                return 0
-            batch = next(iter(batch.values()))
-        elif isinstance(batch, (tuple, list)):
-            if not batch:
-                return 0
-            first = batch[0]
-            if isinstance(first, (int, float, str, bytes)):  # a list of scalars is a batch of them
-                return len(batch)
-            batch = first
-        else:
-            try:
-                return len(batch)
-            except TypeError:
-                return 1
-    return 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,8 +142,6 @@ class Watch(Generic[T]):
         util_interval_s: float = 0.2,
     ) -> None:
         if warmup < 0 or recent < 1:
-            from kline_store.errors import InputError
-
             raise InputError(f"watch: warmup must be >= 0 and recent >= 1 (got warmup={warmup}, recent={recent})")
         self.iterable = iterable
         self._batch_size = batch_size

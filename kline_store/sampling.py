@@ -134,9 +134,16 @@ class EpochBatches:
     def indices(self) -> np.ndarray:
         """This rank's samples of the current epoch (cached)."""
         if self._cache is None or self._cache[0] != self.epoch:
-            self._cache = (self.epoch, rank_indices(self.n, self.seed, self.epoch, self.rank, self.world_size,
-                                                    self.shuffle, self.tail))
+            self._cache = (self.epoch, self.indices_for(self.epoch))
         return self._cache[1]
+
+    def indices_for(self, epoch: int) -> np.ndarray:
+        """This rank's samples of any epoch (computed, not cached: a loader may compute the next one ahead)."""
+        return rank_indices(self.n, self.seed, epoch, self.rank, self.world_size, self.shuffle, self.tail)
+
+    def provide(self, epoch: int, indices: np.ndarray) -> None:
+        """Install an epoch's order computed ahead by :meth:`indices_for` (used once that epoch is current)."""
+        self._cache = (int(epoch), indices)
 
     def samples_per_epoch(self) -> int:
         """Samples this rank delivers per epoch (after drop_last)."""

@@ -5,7 +5,7 @@ Everything here is pure numpy over the store's ``[n_symbols, n_dates, n_fields]`
 and returns small index arrays; nothing copies the panel. The dataset (``dataset.py``) gathers the windows.
 
 Samples are addressed by a *flat cell index* ``symbol * n_dates + t`` (int64, 8 bytes per window), sorted by
-symbol then day. Validity rules, applied per symbol (see :class:`WindowRule`):
+symbol then day. Validity rules, applied per symbol (see :class:`~kline_store.spec.SamplePlan`):
 
 * ``days="calendar"``, ``missing="drop"`` (default): every cell of the window is finite over the input
   fields (so no suspension, pre-listing or post-delisting day inside it);
@@ -22,165 +22,14 @@ adjusted; a field label finite at the label day).
 
 from __future__ import annotations
 
-import datetime as _dt
-import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from .errors import InputError
-
-# Field roles by canonical name (see columns.py). Prices are multiplied by the adjustment ratio and divided by
-# the last close under per-window normalisation; VOLUME is divided by the adjustment ratio; VOLUME_LIKE is
-# divided by its window mean under per-window normalisation. Other fields pass through unchanged.
-DEFAULT_FIELDS = ("open", "high", "low", "close", "volume", "amount")
-PRICE_FIELDS = frozenset({"open", "high", "low", "close", "pre_close", "vwap", "change"})
-VOLUME_FIELDS = frozenset({"volume"})
-VOLUME_LIKE_FIELDS = frozenset({"volume", "amount", "turnover"})
-
-LABELS = ("return", "log_return")
-DAYS = ("calendar", "symbol")
-MISSING = ("drop", "ffill")
+from .spec import SamplePlan
 
 # Symbols per chunk when scanning the panel: bounds temporaries to a few tens of MB.
 _CHUNK_CELLS = 1 << 21
-
-DateLike = str | np.datetime64 | _dt.date | None
-
-
-@dataclass(frozen=True)
-class WindowRule:
-    """What makes a window valid; field arguments are store field indices.
-
-    Attributes:
-        window: days per window (>= 1).
-        horizon: label offset in days (calendar or the symbol's bars, as ``days`` says), >= 1.
-        x_fields: fields that must be finite in every used cell of the window.
-        close: the close field (label base, per-window normalisation), or None when neither needs it.
-        label: "return", "log_return" or "field".
-        label_field: the label's field when ``label == "field"``.
-        adj: the adj_factor field when prices are adjusted (then it must be finite and > 0 in used cells).
-        adjust_label: whether returns are computed on adjusted closes (``adj`` is set).
-        missing: "drop" or "ffill" (calendar days only).
-        max_missing: with ffill, most missing days allowed in a window (None: any).
-        days: "calendar" or "symbol".
-    """
-
-    window: int
-    horizon: int = 1
-    x_fields: tuple[int, ...] = ()
-    close: int | None = None
-    label: Literal["return", "log_return", "field"] = "return"
-    label_field: int | None = None
-    adj: int | None = None
-    adjust_label: bool = False
-    missing: Literal["drop", "ffill"] = "drop"
-    max_missing: int | None = None
-    days: Literal["calendar", "symbol"] = "calendar"
-
-
-# --------------------------------------------------------------------------- dates
-
-
-def to_day(value: DateLike, what: str) -> np.datetime64 | None:
-    """A date argument as ``datetime64[D]`` (None stays None); InputError names the argument when unparsable."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, _dt.datetime):
-            value = value.date()
-        if hasattr(value, "to_datetime64"):  # pandas.Timestamp without importing pandas
-            value = value.to_datetime64()
-        day = np.datetime64(value, "D")
-    except (ValueError, TypeError):
-        raise InputError(f"{what}={value!r}: not a date; use 'YYYY-MM-DD', datetime.date or numpy.datetime64")\
-            from None
-    if np.isnat(day):
-        raise InputError(f"{what}={value!r}: not a date")
-    return day
-
-
-def date_bounds(dates: np.ndarray, start: DateLike = None, end: DateLike = None) -> tuple[int, int]:
-    """Calendar-index bounds of a date range.
-
-    Args:
-        dates: the sorted trading calendar (datetime64[D]).
-        start: first allowed date of ``t`` (None: the calendar's start).
-        end: last allowed date of a label (None: the calendar's end).
-
-    Returns:
-        ``(lo, hi)``: ``t >= lo`` and label day ``<= hi``. ``lo > hi`` when the range holds no day.
-    """
-    s, e = to_day(start, "start"), to_day(end, "end")
-    lo = 0 if s is None else int(np.searchsorted(dates, s, side="left"))
-    hi = len(dates) - 1 if e is None else int(np.searchsorted(dates, e, side="right")) - 1
-    return lo, hi
-
-
-def split_bounds(dates: np.ndarray, ranges: Sequence[tuple[DateLike, DateLike] | None], embargo: int,
-                 names: Sequence[str] | None = None) -> list[tuple[int, int] | None]:
-    """Calendar bounds of consecutive splits (train, valid, test, ...) with an embargo gap between them.
-
-    Each split is ``(start, end)`` with the meaning of :func:`date_bounds`: ``t >= start`` and label day ``<= end``.
-    The embargo is made by purging the earlier split: its last label day becomes at most ``embargo`` trading
-    days before the next split's first ``t`` (so ``("2020-01-01", "2022-12-31"), ("2023-01-01", None)`` works as
-    written). A missing ``end`` (None) reaches up to that limit; a missing ``start`` after the first split begins
-    the day after the previous split's ``end`` plus the embargo. ``None`` instead of a pair skips that split.
-
-    Args:
-        dates: the trading calendar.
-        ranges: one ``(start, end)`` per split, in time order.
-        embargo: trading days that must lie strictly between a split's last label day and the next split's
-            first ``t``.
-        names: split names for error messages.
-
-    Returns:
-        ``(lo, hi)`` per split (None where the split was None).
-
-    Raises:
-        InputError: overlapping or unordered splits, or a split with nothing left after the embargo.
-    """
-    names = list(names or [f"split {i}" for i in range(len(ranges))])
-    raw: list[list[int | None] | None] = []
-    for r in ranges:
-        if r is None:
-            raw.append(None)
-            continue
-        s, e = r
-        lo = None if s is None else date_bounds(dates, s, None)[0]
-        hi = None if e is None else date_bounds(dates, None, e)[1]
-        raw.append([lo, hi])
-    present = [i for i, r in enumerate(raw) if r is not None]
-    for a, b in itertools.pairwise(present):
-        ra, rb = raw[a], raw[b]
-        assert ra is not None and rb is not None
-        if rb[0] is None:
-            if ra[1] is None:
-                raise InputError(f"{names[a]} has no end and {names[b]} has no start: give one of them")
-            rb[0] = ra[1] + embargo + 1
-        elif ra[1] is not None and ra[1] >= rb[0]:
-            raise InputError(f"{names[a]} (labels up to {_day(dates, ra[1])}) overlaps {names[b]} (from "
-                             f"{_day(dates, rb[0])}): give the splits in time order without overlap")
-        limit = rb[0] - embargo - 1
-        ra[1] = limit if ra[1] is None else min(ra[1], limit)
-        if ra[0] is not None and ra[1] < ra[0]:
-            raise InputError(f"{names[a]} holds no day once the {embargo}-day embargo before {names[b]} "
-                             f"({_day(dates, rb[0])}) is taken out")
-    out: list[tuple[int, int] | None] = []
-    for r in raw:
-        if r is None:
-            out.append(None)
-        else:
-            out.append((0 if r[0] is None else r[0], len(dates) - 1 if r[1] is None else r[1]))
-    return out
-
-
-def _day(dates: np.ndarray, i: int) -> str:
-    if 0 <= i < len(dates):
-        return str(dates[i])
-    return "before the calendar" if i < 0 else "after the calendar"
 
 
 # --------------------------------------------------------------------------- cell masks
@@ -194,7 +43,7 @@ def _finite_all(block: np.ndarray, fields: Sequence[int]) -> np.ndarray:
     return ok
 
 
-def cell_masks(block: np.ndarray, rule: WindowRule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def cell_masks(block: np.ndarray, plan: SamplePlan) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per-cell conditions for a block of symbol rows ``[rows, days, n_fields]``.
 
     Returns:
@@ -204,26 +53,26 @@ def cell_masks(block: np.ndarray, rule: WindowRule) -> tuple[np.ndarray, np.ndar
     """
     rows, days = block.shape[:2]
     adj = None
-    if rule.adj is not None:
-        adj = block[:, :, rule.adj]
+    if plan.adj is not None:
+        adj = block[:, :, plan.adj]
         with np.errstate(invalid="ignore"):
             adj_ok = np.isfinite(adj) & (adj > 0)
-    x_ok = _finite_all(block, rule.x_fields) if rule.x_fields else np.ones((rows, days), bool)
+    x_ok = _finite_all(block, plan.x_fields) if plan.x_fields else np.ones((rows, days), bool)
     if adj is not None:
         x_ok &= adj_ok
     base_ok = np.ones((rows, days), bool)
     with np.errstate(invalid="ignore"):
-        if rule.close is not None:
-            c = block[:, :, rule.close]
-            base_ok = np.isfinite(c) & ((c > 0) if rule.label == "log_return" else (c != 0))
-        if rule.label == "field":
-            assert rule.label_field is not None
-            target_ok = np.isfinite(block[:, :, rule.label_field])
+        if plan.close is not None:
+            c = block[:, :, plan.close]
+            base_ok = np.isfinite(c) & ((c > 0) if plan.label_kind == "log_return" else (c != 0))
+        if plan.label_kind == "field":
+            assert plan.label_field is not None
+            target_ok = np.isfinite(block[:, :, plan.label_field])
         else:
-            assert rule.close is not None
-            c = block[:, :, rule.close]
-            target_ok = (c > 0) if rule.label == "log_return" else np.isfinite(c)
-            if rule.adjust_label and adj is not None:
+            assert plan.close is not None
+            c = block[:, :, plan.close]
+            target_ok = (c > 0) if plan.label_kind == "log_return" else np.isfinite(c)
+            if plan.adjust_label and adj is not None:
                 base_ok &= adj_ok
                 target_ok &= adj_ok
     return x_ok, base_ok, target_ok
@@ -256,12 +105,12 @@ def window_count(flag: np.ndarray, window: int) -> np.ndarray:
     return out
 
 
-def calendar_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> np.ndarray:
+def calendar_valid(panel: np.ndarray, plan: SamplePlan, lo: int, hi: int) -> np.ndarray:
     """Valid windows over calendar days, as a ``[n_symbols, n_dates]`` bool mask of their last day ``t``.
 
     Args:
         panel: ``[n_symbols, n_dates, n_fields]`` float32 (NaN where no bar).
-        rule: the validity rule (``days == "calendar"``).
+        plan: the sample plan (``days == "calendar"``).
         lo: first allowed ``t`` (calendar index).
         hi: last allowed label day (calendar index).
 
@@ -269,7 +118,7 @@ def calendar_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> np.
         bool mask, True at ``[s, t]`` when the window ending at ``t`` of symbol ``s`` is a sample.
     """
     n_sym, n_dates = panel.shape[:2]
-    w, h = rule.window, rule.horizon
+    w, h = plan.window, plan.horizon
     valid = np.zeros((n_sym, n_dates), dtype=bool)
     t_lo, t_hi = max(lo, w - 1), min(hi, n_dates - 1) - h
     if t_lo > t_hi or n_sym == 0:
@@ -277,13 +126,13 @@ def calendar_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> np.
     # Only the days some window or label of the range touches are read.
     d0, d1 = t_lo - w + 1, t_hi + h + 1
     for rows in _chunks(n_sym, (d1 - d0) * panel.shape[2]):
-        x_ok, base_ok, target_ok = cell_masks(panel[rows, d0:d1], rule)
+        x_ok, base_ok, target_ok = cell_masks(panel[rows, d0:d1], plan)
         # local index k = t - d0; t in [t_lo, t_hi] -> k in [w-1, w-1 + (t_hi - t_lo)]
         k0, k1 = w - 1, w - 1 + (t_hi - t_lo) + 1
-        if rule.missing == "ffill":
+        if plan.missing == "ffill":
             ok = x_ok[:, k0:k1].copy()
-            if rule.max_missing is not None:
-                ok &= window_count(~x_ok, w)[:, k0:k1] <= rule.max_missing
+            if plan.max_missing is not None:
+                ok &= window_count(~x_ok, w)[:, k0:k1] <= plan.max_missing
         else:
             ok = window_all(x_ok, w)[:, k0:k1]
         ok &= base_ok[:, k0:k1]
@@ -295,7 +144,7 @@ def calendar_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> np.
 # --------------------------------------------------------------------------- symbol-day windows
 
 
-def symbol_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+def symbol_valid(panel: np.ndarray, plan: SamplePlan, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
     """Valid windows over each symbol's own bars.
 
     A *bar* is a cell whose input fields are all finite (``x_ok``). The window ending at bar ``j`` is bars
@@ -303,7 +152,7 @@ def symbol_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> tuple
 
     Args:
         panel: ``[n_symbols, n_dates, n_fields]`` float32.
-        rule: the validity rule (``days == "symbol"``).
+        plan: the sample plan (``days == "symbol"``).
         lo: first allowed ``t``.
         hi: last allowed label day.
 
@@ -313,10 +162,10 @@ def symbol_valid(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> tuple
         position in ``bars``).
     """
     n_sym, n_dates = panel.shape[:2]
-    w, h = rule.window, rule.horizon
+    w, h = plan.window, plan.horizon
     bar_parts, valid_parts = [], []
     for rows in _chunks(n_sym, n_dates * panel.shape[2]):
-        x_ok, base_ok, target_ok = cell_masks(panel[rows], rule)
+        x_ok, base_ok, target_ok = cell_masks(panel[rows], plan)
         # Work on the chunk's bars in order (row, day): elementwise and shifted arrays only, no fancy gathers.
         counts = x_ok.sum(axis=1)
         local = np.flatnonzero(x_ok)
@@ -346,15 +195,20 @@ def symbol_label_day(valid: np.ndarray, bars: np.ndarray, horizon: int) -> np.nd
 # --------------------------------------------------------------------------- index helpers
 
 
-def valid_index(panel: np.ndarray, rule: WindowRule, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray | None]:
+def valid_index(panel: np.ndarray, plan: SamplePlan, lo: int | None = None, hi: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None]:
     """Flat indices of valid windows (sorted) and, in symbol-day mode, the bar table.
+
+    ``lo``/``hi`` default to the plan's calendar bounds.
 
     Returns:
         ``(valid, bars)``: ``valid`` int64 ``s * n_dates + t``; ``bars`` as in :func:`symbol_valid` or None.
     """
-    if rule.days == "symbol":
-        return symbol_valid(panel, rule, lo, hi)
-    return np.flatnonzero(calendar_valid(panel, rule, lo, hi)).astype(np.int64, copy=False), None
+    lo = plan.lo if lo is None else lo
+    hi = plan.hi if hi is None else hi
+    if plan.days == "symbol":
+        return symbol_valid(panel, plan, lo, hi)
+    return np.flatnonzero(calendar_valid(panel, plan, lo, hi)).astype(np.int64, copy=False), None
 
 
 def decode(flat: np.ndarray, n_dates: int) -> tuple[np.ndarray, np.ndarray]:

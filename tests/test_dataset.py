@@ -14,8 +14,12 @@ from helpers_dataset_ref import FIELDS, make_store, random_panel, ref_sample, re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kline_store import dates as D
 from kline_store import windows as W
-from kline_store.dataset import CrossSectionDataset, KlineDataset, Splits, gather_windows, make_splits
+from kline_store.cross_section import CrossSectionDataset
+from kline_store.dataset import KlineDataset
+from kline_store.gather import gather_windows
+from kline_store.splits import Splits, make_splits
 from kline_store.errors import InputError
 from kline_store.store import open_store
 
@@ -63,7 +67,7 @@ def test_real_windows_labels_and_counts(ashare):
     st_ = ds.store
     assert ds.fields == ["open", "high", "low", "close", "volume"]
     # validity is per symbol: the reference over the first 40 symbols must match exactly
-    lo, hi = W.date_bounds(st_.dates, "2021-01-01", "2024-12-31")
+    lo, hi = D.date_bounds(st_.dates, "2021-01-01", "2024-12-31")
     want = ref_valid(st_.panel[:40], list(range(5)), 3, 20, 5, lo, hi)
     assert [p for p in _pairs(ds) if p[0] < 40] == want
     # label days stay inside the range, t starts inside it
@@ -357,12 +361,12 @@ def test_store_version_is_pinned(small, tmp_path):
 def test_resident_gather_matches_cpu_gather(small):
     for opts in [dict(), dict(days="symbol"), dict(missing="ffill", normalize="window")]:
         ds = KlineDataset(small, window=7, horizon=2, start="2020-01-20", **opts)
-        gather = ds.to_device("cpu")
+        gather = ds.resident("cpu")
         idx = np.arange(len(ds))[::-1].copy()
         a, b = gather(torch.from_numpy(idx)), ds.gather_batch(idx)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
         d0, d1 = ds.day_span()
-        assert ds.panel_nbytes() == 8 * (d1 - d0) * 6 * 4
+        assert ds.resident_nbytes() == 8 * (d1 - d0) * 6 * 4
         assert d0 >= 19 - 6 or opts.get("days") == "symbol"  # only the days samples read
 
 
@@ -373,23 +377,22 @@ def test_resident_copy_keeps_only_used_fields_and_matches(small, split7):
              (split7, dict(adjust="forward")), (split7, dict(fields=["volume", "open"], adjust="backward"))]
     for path, opts in cases:
         ds = KlineDataset(path, window=6, horizon=2, **opts)
-        gather = ds.to_device("cpu")
+        gather = ds.resident("cpu")
         idx = np.arange(len(ds))[::-1].copy()
         a, b = gather(torch.from_numpy(idx)), ds.gather_batch(idx)
         assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), opts
         keep = set(ds.fields) | ({"close"} if opts.get("label", "return") in ("return",) else {opts["label"]})
         keep |= {"adj_factor"} if opts.get("adjust", "none") != "none" else set()
         d0, d1 = ds.day_span()
-        assert ds.panel_nbytes() == ds.store.n_symbols * (d1 - d0) * len(keep) * 4, opts
+        assert ds.resident_nbytes() == ds.store.n_symbols * (d1 - d0) * len(keep) * 4, opts
 
 
-def test_cpu_auto_placement_copies_only_for_a_better_layout(small):
-    all_fields = KlineDataset(small, window=6)
-    assert all_fields.memmap_is_compact()
-    assert all_fields.loader(batch_size=8, device="cpu").placement == "memmap"
+def test_cpu_placement_is_the_memmap_unless_a_copy_is_asked_for(small):
+    """On the CPU, auto is the shared memmap (N ranks, one page cache); placement="device" makes a RAM copy of the
+    fields samples use, with the same batches."""
     subset = KlineDataset(small, window=6, fields=["close", "volume"])
-    assert not subset.memmap_is_compact()
-    ld = subset.loader(batch_size=8, device="cpu")
+    assert subset.loader(batch_size=8, device="cpu").placement == "memmap"
+    ld = subset.loader(batch_size=8, device="cpu", placement="device")
     assert ld.placement == "device"
     ref = subset.loader(batch_size=8, device="cpu", placement="memmap")
     for a, b in zip(ld, ref, strict=True):

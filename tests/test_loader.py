@@ -1,16 +1,23 @@
-"""loader.py: batch loader coverage, determinism across worker counts and start methods, epochs, resume,
-rank shards, DataLoader options, cross-section batches and the device hook. Real DataLoader workers."""
+"""loader.py: coverage of an epoch, one order whatever gathers it (inline, threads, fork and spawn processes, the
+classic DataLoader recipe's keywords), epochs, resume, rank shards, options, buffers never overwritten while
+held, a pass abandoned mid-epoch, and cross-section batches. Real threads and real worker processes."""
 
 from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import time
 
 import numpy as np
 import pytest
 import torch
 from helpers_dataset_ref import make_store, random_panel
 
-from kline_store.dataset import CrossSectionDataset, KlineDataset
+from kline_store import loader as L
+from kline_store.cross_section import CrossSectionDataset
+from kline_store.dataset import KlineDataset
 from kline_store.errors import InputError
-from kline_store.loader import KlineLoader
+from kline_store.loader import KlineLoader, chunk_plan
 
 
 @pytest.fixture(scope="module")
@@ -18,6 +25,12 @@ def ds(tmp_path_factory):
     rng = np.random.default_rng(21)
     path = make_store(tmp_path_factory.mktemp("loader") / "s", random_panel(rng, 12, 150, holes=0.05))
     return KlineDataset(path, window=10, horizon=2)
+
+
+@pytest.fixture
+def small_chunks(monkeypatch):
+    """Chunks of a few batches, so that small test stores exercise the chunked path."""
+    monkeypatch.setattr(L, "CHUNK_BYTES", 3 * 40 * (10 * 6 * 4 + 4 + 16))
 
 
 def _keys(batches: list[dict]) -> list[tuple[int, int]]:
@@ -49,29 +62,41 @@ def test_epoch_covers_every_window_once(ds):
     assert len(dropped) == len(ds) // 64 and all(len(b["y"]) == 64 for b in dropped)
 
 
-def test_order_depends_on_seed_and_epoch_not_workers(ds):
-    base = list(ds.loader(batch_size=50, seed=1))
-    fork = list(ds.loader(batch_size=50, seed=1, num_workers=2, multiprocessing_context="fork",
-                          prefetch_factor=3))
-    assert _same(base, fork)
-    assert _keys(list(ds.loader(batch_size=50, seed=2))) != _keys(base)
-    ld = ds.loader(batch_size=50, seed=1)
-    ld.set_epoch(1)
-    e1 = list(ld)
-    assert _keys(e1) != _keys(base) and set(_keys(e1)) == set(_keys(base))
-    again = ds.loader(batch_size=50, seed=1, num_workers=1, multiprocessing_context="fork")
-    again.set_epoch(1)
-    assert _same(list(again), e1)
+def test_batches_equal_the_gather_of_their_indices(ds, small_chunks):
+    ld = ds.loader(batch_size=40, seed=9)
+    idx = list(ld.index_batches())
+    got = list(ld)
+    assert _same(got, [ds.gather_batch(i) for i in idx])
 
 
-def test_spawn_workers_match_and_persist_over_epochs(ds):
-    want = ds.loader(batch_size=100, seed=3)
-    w0, w1 = list(want), list(want)  # the loader moves on to the next epoch by itself
-    ld = ds.loader(batch_size=100, seed=3, num_workers=1, multiprocessing_context="spawn",
-                   persistent_workers=True, timeout=120)
-    assert _same(list(ld), w0)
-    assert ld.epoch == 1
-    assert _same(list(ld), w1)
+WORKERS = [
+    {"num_workers": 1},
+    {"num_workers": 2},
+    {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True},  # the recipe
+    {"backend": "processes", "num_workers": 2, "multiprocessing_context": "fork"},
+    {"backend": "processes", "num_workers": 1, "multiprocessing_context": "spawn", "timeout": 120},
+]
+
+
+@pytest.mark.parametrize("kw", WORKERS, ids=lambda kw: "-".join(f"{k}={v}" for k, v in kw.items()))
+def test_order_is_the_same_whatever_gathers_it(ds, small_chunks, kw):
+    base = ds.loader(batch_size=50, seed=1, num_workers=0)
+    want = [list(base), list(base)]                 # epochs 0 and 1
+    ld = ds.loader(batch_size=50, seed=1, **kw)
+    try:
+        assert _same(list(ld), want[0])
+        assert ld.epoch == 1
+        assert _same(list(ld), want[1])             # persistent workers serve the next epoch
+    finally:
+        ld.close()
+
+
+def test_threads_are_capped_at_the_cores(ds):
+    ld = ds.loader(batch_size=8, num_workers=64)
+    assert 1 <= ld.num_workers <= len(os.sched_getaffinity(0))
+    assert ds.loader(batch_size=8, num_workers=0).num_workers == 0
+    assert ds.loader(batch_size=8).num_workers >= 1   # default: gather threads
+    assert ds.loader(batch_size=8, backend="processes", num_workers=3).num_workers == 3
 
 
 def test_epochs_advance_and_set_epoch(ds):
@@ -83,35 +108,60 @@ def test_epochs_advance_and_set_epoch(ds):
     assert _keys(first) != _keys(second)
     ld.set_epoch(0)
     assert _same(list(ld), first)
-    # the usual loop: set_epoch(e) each epoch sees permutation e
     other = ds.loader(batch_size=128, seed=0)
     for e in range(2):
         other.set_epoch(e)
         assert _same(list(other), [first, second][e])
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_resume_yields_exactly_the_remaining_batches(ds, workers):
+@pytest.mark.parametrize("kw", [{"num_workers": 0}, {"num_workers": 2, "prefetch_factor": 4},
+                                {"backend": "processes", "num_workers": 2, "multiprocessing_context": "fork"}],
+                         ids=["inline", "threads", "processes"])
+def test_resume_yields_exactly_the_remaining_batches(ds, small_chunks, kw):
     full = list(ds.loader(batch_size=40, seed=7, num_workers=0))
-    ld = ds.loader(batch_size=40, seed=7, num_workers=workers, prefetch_factor=4)
+    ld = ds.loader(batch_size=40, seed=7, **kw)
     head = []
-    for b in ld:  # workers gather ahead of this point; only delivered batches count
+    for b in ld:  # gathered ahead of this point; only delivered batches count
         head.append(b)
         if len(head) == 5:
             state = ld.state_dict()
             break
+    time.sleep(0.05)   # producers run ahead meanwhile; the position must not
+    assert ld.state_dict() == state
+    ld.close()
     assert state["position"] == 200 and state["epoch"] == 0
-    fresh = ds.loader(batch_size=40, seed=7, num_workers=workers)
+    fresh = ds.loader(batch_size=40, seed=7, **kw)
     fresh.load_state_dict(state)
     fresh.set_epoch(0)  # a resumed training loop calls it again: keeps the position
     tail = list(fresh)
+    fresh.close()
     assert _same(head + tail, full)
-    # resumed at the end of an epoch: nothing is left, and the next iteration is the next epoch
     done = ds.loader(batch_size=40, seed=7)
     done.load_state_dict({**state, "position": len(ds)})
     assert list(done) == [] and done.epoch == 1
     with pytest.raises(InputError, match="seed"):
         ds.loader(batch_size=40, seed=8).load_state_dict(state)
+
+
+def test_a_pass_abandoned_mid_epoch_does_not_disturb_the_next(ds, small_chunks):
+    want = list(ds.loader(batch_size=16, seed=3, num_workers=0))
+    ld = ds.loader(batch_size=16, seed=3, num_workers=2, prefetch_factor=2)
+    for _ in range(3):
+        it = iter(ld)
+        next(it)
+        it.close()          # the training loop breaks out; threads stop, buffers come back
+    ld.set_epoch(0)
+    ld.load_state_dict({"epoch": 0, "position": 0})
+    assert _same(list(ld), want)
+
+
+def test_batches_kept_by_the_caller_are_never_overwritten(ds, small_chunks):
+    ld = ds.loader(batch_size=16, seed=4, num_workers=2)
+    kept = list(ld)         # every batch held at once: the recycler must hand out fresh buffers
+    again = list(ld)        # another epoch gathered meanwhile
+    ld.set_epoch(0)
+    ref = list(ds.loader(batch_size=16, seed=4, num_workers=0))
+    assert _same(kept, ref) and len(again) == len(ref)
 
 
 def test_rank_shards(ds):
@@ -131,54 +181,90 @@ def test_rank_shards(ds):
         ds.loader(rank=3, world_size=3)
 
 
-def test_dataloader_options_pass_through(ds):
-    ld = ds.loader(batch_size=16, num_workers=2, pin_memory=False, prefetch_factor=5, persistent_workers=True,
-                   timeout=30, multiprocessing_context="fork")
-    dl = ld.dataloader
-    assert (dl.num_workers, dl.prefetch_factor, dl.persistent_workers, dl.timeout) == (2, 5, True, 30)
-    assert dl.multiprocessing_context.get_start_method() == "fork"
-    assert ds.loader(prefetch_factor=2, persistent_workers=False).dataloader.num_workers == 0
-    assert len(next(iter(ds.loader(batch_size=64, collate_fn=lambda b: b["y"])))) == 64
+def _y_only(batch: dict) -> torch.Tensor:
+    return batch["y"] * 2
+
+
+@pytest.mark.parametrize("kw", [{"num_workers": 0}, {"num_workers": 2},
+                                {"backend": "processes", "num_workers": 1, "multiprocessing_context": "fork"}],
+                         ids=["inline", "threads", "processes"])
+def test_collate_fn_applies_to_each_batch(ds, small_chunks, kw):
+    ld = ds.loader(batch_size=30, seed=2, collate_fn=_y_only, **kw)
+    got = list(ld)
+    ld.close()
+    want = [b["y"] * 2 for b in ds.loader(batch_size=30, seed=2, num_workers=0)]
+    assert len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want))
+    assert ld.state_dict()["epoch"] == 1
+
+
+def test_options(ds):
     with pytest.raises(InputError, match="sampler"):
         ds.loader(sampler=None)
+    with pytest.raises(InputError, match="unknown argument.*shuffles"):
+        ds.loader(shuffles=True)
     with pytest.raises(InputError, match="in_order"):
         ds.loader(num_workers=2, in_order=False)
+    with pytest.raises(InputError, match="placement must be one of"):
+        ds.loader(placement="gpu")
+    with pytest.raises(InputError, match="pinned"):
+        ds.loader(placement="pinned")
+    with pytest.raises(InputError, match="backend"):
+        ds.loader(backend="fibers")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="CUDA is not available"):
+            ds.loader(device="cuda")
     assert isinstance(KlineLoader(ds, batch_size=8), KlineLoader)
+    ld = ds.loader(batch_size=8, num_workers=2, prefetch_factor=5, config={"num_workers": 1, "prefetch": 3})
+    assert (ld.config["num_workers"], ld.config["prefetch"], ld.config_source) == (2, 5, "given")
+    assert ld.config["pin_memory"] is False and ld.placement == "memmap" and ld.device.type == "cpu"
+    assert "memmap" in repr(ld)
 
 
-def test_index_batches_for_device_feeding(ds):
-    ld = ds.loader(batch_size=30, seed=2)
-    want = list(ds.loader(batch_size=30, seed=2))
-    idx = list(ld.index_batches())
-    assert len(idx) == len(ld) and ld.state_dict()["position"] == 0
-    got = [ds.gather_batch(i) for i in idx]
-    assert _same(got, want)
-    ld.advance(60)
-    assert np.array_equal(next(iter(ld.index_batches())), idx[2])
+def test_auto_config_reads_the_tuned_file(ds):
+    from kline_store.config import save_config
+
+    cfg = {"backend": "threads", "num_workers": 1, "prefetch": 8, "pin_memory": False}
+    path = save_config(ds.path, 10, 64, "cpu", cfg)
+    try:
+        ld = ds.loader(batch_size=64, config="auto")
+        assert ld.config == cfg and ld.config_source == "tuned"
+        assert ds.loader(batch_size=32, config="auto").config_source == "default"   # another key
+    finally:
+        path.unlink()
 
 
-def test_device_hook(ds):
-    plain = ds.loader(batch_size=64, seed=1)
-    assert type(plain) is KlineLoader
-    assert type(ds.loader(batch_size=64, placement="memmap")) is KlineLoader
-    fed = ds.loader(batch_size=64, seed=1, device="cpu")
-    assert type(fed) is not KlineLoader  # handed to kline_store.device.wrap_loader
-    assert _same(list(fed), list(plain))
+def test_chunk_plan_ramps_up_then_stays_full():
+    batches = [np.arange(i * 5, i * 5 + 5) for i in range(12)] + [np.arange(60, 62)]
+    plan = list(chunk_plan(iter(batches), per_chunk=4))
+    assert [sizes for _, sizes in plan] == [[5], [5, 5], [5] * 4, [5] * 4, [5, 2]]
+    assert np.array_equal(np.concatenate([idx for idx, _ in plan]), np.concatenate(batches))
+    assert [s for _, s in chunk_plan(iter(batches[:3]), per_chunk=1)] == [[5], [5], [5]]
+
+
+def test_close_stops_worker_processes(ds):
+    ld = ds.loader(batch_size=64, backend="processes", num_workers=2, multiprocessing_context="fork")
+    next(iter(ld))
+    assert len(mp.active_children()) >= 2
+    ld.close()
+    deadline = time.monotonic() + 20
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert mp.active_children() == []
 
 
 def test_cross_section_loader(ds):
     xs = CrossSectionDataset(ds)
-    ld = xs.loader(batch_size=8, seed=0, num_workers=2, multiprocessing_context="fork")
-    batches = list(ld)
-    days = [int(t) for b in batches for t in b["t"]]
-    assert sorted(days) == xs.days.tolist()
-    total = sum(int(b["mask"].sum()) for b in batches)
-    assert total == len(ds)
-    b = batches[0]
-    k = int(np.searchsorted(xs.days, int(b["t"][0])))
-    n = int(b["mask"][0].sum())
-    assert torch.equal(b["x"][0, :n], xs[k]["x"]) and torch.equal(b["symbol"][0, :n], xs[k]["symbol"])
-    # resume over days as well
+    for kw in ({"num_workers": 2}, {"backend": "processes", "num_workers": 2, "multiprocessing_context": "fork"}):
+        ld = xs.loader(batch_size=8, seed=0, **kw)
+        batches = list(ld)
+        ld.close()
+        days = [int(t) for b in batches for t in b["t"]]
+        assert sorted(days) == xs.days.tolist()
+        assert sum(int(b["mask"].sum()) for b in batches) == len(ds)
+        b = batches[0]
+        k = int(np.searchsorted(xs.days, int(b["t"][0])))
+        n = int(b["mask"][0].sum())
+        assert torch.equal(b["x"][0, :n], xs[k]["x"]) and torch.equal(b["symbol"][0, :n], xs[k]["symbol"])
     again = xs.loader(batch_size=8, seed=0)
     it = iter(again)
     head = [next(it) for _ in range(2)]
@@ -186,3 +272,5 @@ def test_cross_section_loader(ds):
     rest = xs.loader(batch_size=8, seed=0)
     rest.load_state_dict(state)
     assert _same(head + list(rest), batches)
+    with pytest.raises(InputError, match="placement='device' needs"):
+        xs.loader(batch_size=3, placement="device")

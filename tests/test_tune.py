@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from kline_store import tune as tn
+from kline_store.config import load_config
 from kline_store.errors import InputError
 
 
@@ -78,67 +79,13 @@ def test_recommend_rejects_empty():
         tn.recommend([])
 
 
-def test_config_validation_and_resolution(tmp_path):
-    assert tn.normalize_config({}) == tn.DEFAULT_CONFIG
-    for bad in ({"backend": "gpu"}, {"num_workers": -1}, {"prefetch": 0}, {"workerz": 1}):
-        with pytest.raises(InputError):
-            tn.normalize_config(bad)
-    store = tmp_path / "st"
-    store.mkdir()
-    assert tn.load_config(store, 64, 256, "cpu") is None
-    assert tn.resolve_config("auto", store, 64, 256, "cpu") == dict(tn.DEFAULT_CONFIG, pin_memory=False)
-    assert tn.resolve_config("auto", store, 64, 256, "cuda") == tn.DEFAULT_CONFIG  # pinned: CUDA only
-    cfg = {"backend": "processes", "num_workers": 2, "prefetch": 4, "pin_memory": False}
-    path = tn.save_config(store, 64, 256, "cpu", cfg, [{"x": 1}])
-    assert path == store / "tune.json"
-    tn.save_config(store, 32, 256, "cuda:0", {**cfg, "num_workers": 1})  # other key kept beside
-    assert tn.load_config(store, 64, 256, "cpu") == cfg
-    assert tn.load_config(store, 32, 256, "cuda")["num_workers"] == 1
-    assert tn.load_config(store, 64, 128, "cpu") is None
-    assert tn.resolve_config("auto", store, 64, 256, "cpu") == cfg
-    assert tn.resolve_config(str(path), store, 64, 256, "cpu") == cfg
-    plain = tmp_path / "cfg.json"
-    plain.write_text(json.dumps({"num_workers": 3}))
-    assert tn.resolve_config(plain, store, 1, 1, "cpu")["num_workers"] == 3
-    with pytest.raises(InputError):
-        tn.resolve_config(tmp_path / "missing.json", store, 64, 256, "cpu")
-    with pytest.raises(InputError):
-        tn.resolve_config(str(path), store, 7, 7, "cpu")  # keyed file without this key
-    key = tn.config_key(64, 256, "cpu")
-    assert key == f"window=64,batch_size=256,device=cpu,cpus={os.cpu_count()}"
-
-
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only directories")
-def test_read_only_store_falls_back_to_user_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    store = tmp_path / "ro"
-    store.mkdir()
-    store.chmod(0o555)
-    try:
-        path = tn.save_config(store, 64, 256, "cpu", {"num_workers": 1})
-    finally:
-        store.chmod(0o755)
-    assert str(path).startswith(str(tmp_path / "home" / ".cache" / "kline-store"))
-    assert tn.load_config(store, 64, 256, "cpu")["num_workers"] == 1
-
-
-def test_user_cache_fallback_when_store_file_unwritable(tmp_path, monkeypatch):
-    # Works as root too: make tune.json a directory, so writing the store's file fails.
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    store = tmp_path / "st"
-    (store / "tune.json").mkdir(parents=True)
-    path = tn.save_config(store, 64, 256, "cpu", {"num_workers": 1})
-    assert path.parent == tmp_path / "home" / ".cache" / "kline-store"
-    assert tn.load_config(store, 64, 256, "cpu")["num_workers"] == 1
-
-
 def test_tune_driver_with_injected_measure(tmp_path):
     store = tmp_path / "st"
     store.mkdir()
     seen = []
     res = tn.tune(store, 16, 32, cores=2, measure=lambda c: 10.0 + c["num_workers"], progress=seen.append)
     assert len(seen) == len(res.trials) and res.saved_to == store / "tune.json"
-    assert tn.load_config(store, 16, 32, "cpu") == res.best.config
+    assert load_config(store, 16, 32, "cpu") == res.best.config
     d = res.as_dict()
     assert d["recommended"] == res.best.config and sum(r["chosen"] for r in d["trials"]) == 1
     with pytest.raises(InputError):

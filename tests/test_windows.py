@@ -1,5 +1,4 @@
-"""windows.py: the valid-window index against a brute-force reference (random panels with holes, real data),
-date bounds and embargoed splits."""
+"""windows.py: the valid-window index against a brute-force reference (random panels with holes, real data)."""
 
 from __future__ import annotations
 
@@ -9,8 +8,9 @@ from helpers_dataset_ref import FIELDS, random_panel, ref_valid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kline_store import dates as D
 from kline_store import windows as W
-from kline_store.errors import InputError
+from kline_store.spec import DEFAULT_FIELDS, SamplePlan
 
 
 def _flat(pairs: list[tuple[int, int]], n_dates: int) -> np.ndarray:
@@ -37,10 +37,10 @@ def cases(draw):
     label = draw(st.sampled_from(["return", "log_return", "field"]))
     x_fields = draw(st.sampled_from([(0, 1, 2), (1,), (2, 0)]))
     adj = 3 if draw(st.booleans()) else None
-    rule = W.WindowRule(
+    rule = SamplePlan(
         window=draw(st.integers(1, 6)), horizon=draw(st.integers(1, 4)), x_fields=x_fields,
-        close=None if label == "field" and draw(st.booleans()) else 1, label=label,
-        label_field=2 if label == "field" else None, adj=adj, adjust_label=adj is not None and label != "field",
+        close=None if label == "field" and draw(st.booleans()) else 1, label_kind=label,
+        label_field=2 if label == "field" else None, adj=adj, adjust="forward" if adj is not None else "none",
         missing=missing, max_missing=draw(st.sampled_from([None, 0, 2])) if missing == "ffill" else None,
         days=days)
     lo = draw(st.integers(0, n_dates))
@@ -53,7 +53,7 @@ def cases(draw):
 def test_valid_index_matches_brute_force(case):
     panel, rule, lo, hi = case
     got, bars = W.valid_index(panel, rule, lo, hi)
-    want = ref_valid(panel, list(rule.x_fields), rule.close, rule.window, rule.horizon, lo, hi, rule.label,
+    want = ref_valid(panel, list(rule.x_fields), rule.close, rule.window, rule.horizon, lo, hi, rule.label_kind,
                      rule.label_field, rule.missing, rule.max_missing, rule.days, rule.adj)
     np.testing.assert_array_equal(got, _flat(want, panel.shape[1]))
     assert got.dtype == np.int64
@@ -84,55 +84,6 @@ def test_window_count_and_all():
     assert not W.window_all(ok, 7).any()  # window longer than the row
 
 
-# --------------------------------------------------------------------------- dates and splits
-
-
-DATES = np.array(["2020-01-02", "2020-01-03", "2020-01-06", "2020-01-07", "2020-01-08", "2020-01-09",
-                  "2020-01-10", "2020-01-13"], dtype="datetime64[D]")
-
-
-def test_date_bounds_take_trading_days_inside_the_range():
-    assert W.date_bounds(DATES) == (0, 7)
-    assert W.date_bounds(DATES, "2020-01-04", "2020-01-11") == (2, 6)  # weekend dates snap inwards
-    assert W.date_bounds(DATES, np.datetime64("2020-01-06"), "2020-01-06") == (2, 2)
-    import datetime as dt
-
-    assert W.date_bounds(DATES, dt.date(2020, 1, 3), dt.datetime(2020, 1, 9, 15)) == (1, 5)
-    lo, hi = W.date_bounds(DATES, "2021-01-01", None)
-    assert lo > hi
-    with pytest.raises(InputError, match="start="):
-        W.date_bounds(DATES, "yesterday")
-
-
-def test_split_bounds_purge_the_earlier_split():
-    # contiguous calendar ranges: train loses its last `embargo` label days
-    b = W.split_bounds(DATES, [("2020-01-01", "2020-01-07"), ("2020-01-08", None)], embargo=2)
-    assert b == [(0, 1), (4, 7)]
-    # open end: reaches exactly to the embargo; open start: begins after it
-    assert W.split_bounds(DATES, [(None, None), ("2020-01-09", None)], 1) == [(0, 3), (5, 7)]
-    assert W.split_bounds(DATES, [(None, "2020-01-06"), (None, "2020-01-13")], 1) == [(0, 2), (4, 7)]
-    assert W.split_bounds(DATES, [(None, "2020-01-03"), None, (None, None)], 3) == [(0, 1), None, (5, 7)]
-    with pytest.raises(InputError, match="overlaps"):
-        W.split_bounds(DATES, [(None, "2020-01-08"), ("2020-01-07", None)], 1)
-    with pytest.raises(InputError, match="no end"):
-        W.split_bounds(DATES, [(None, None), (None, None)], 1)
-    with pytest.raises(InputError, match="holds no day"):
-        W.split_bounds(DATES, [("2020-01-08", None), ("2020-01-09", None)], 2)
-
-
-@settings(max_examples=200, deadline=None)
-@given(cuts=st.lists(st.integers(0, 7), min_size=2, max_size=2, unique=True), embargo=st.integers(0, 3))
-def test_split_bounds_keep_the_embargo(cuts, embargo):
-    a, b = sorted(cuts)
-    ranges = [(None, DATES[a]), (DATES[b], None)]
-    try:
-        (_, hi1), (lo2, _) = W.split_bounds(DATES, ranges, embargo)
-    except InputError:
-        assert a + 1 > b - embargo - 1  # nothing left of the first split (or overlap)
-        return
-    assert lo2 - hi1 - 1 >= embargo and hi1 <= a and lo2 == b
-
-
 # --------------------------------------------------------------------------- real data
 
 
@@ -151,8 +102,8 @@ def test_real_index_matches_brute_force(ashare, days, missing):
     panel = st_.panel[:60]  # a third of the symbols keeps the Python reference quick
     close = st_.fields.index("close")
     x_fields = list(range(len(st_.fields)))
-    lo, hi = W.date_bounds(st_.dates, "2021-03-01", "2024-06-30")
-    rule = W.WindowRule(window=20, horizon=5, x_fields=tuple(x_fields), close=close, missing=missing,
+    lo, hi = D.date_bounds(st_.dates, "2021-03-01", "2024-06-30")
+    rule = SamplePlan(window=20, horizon=5, x_fields=tuple(x_fields), close=close, missing=missing,
                         max_missing=3 if missing == "ffill" else None, days=days)
     got, _ = W.valid_index(panel, rule, lo, hi)
     want = ref_valid(panel, x_fields, close, 20, 5, lo, hi, missing=missing,
@@ -164,7 +115,7 @@ def test_real_index_matches_brute_force(ashare, days, missing):
 def test_real_suspension_is_never_inside_a_calendar_window(ashare):
     st_ = ashare
     s = st_.symbols.index("000670")
-    rule = W.WindowRule(window=10, horizon=1, x_fields=tuple(range(len(st_.fields))), close=3)
+    rule = SamplePlan(window=10, horizon=1, x_fields=tuple(range(len(st_.fields))), close=3)
     valid, _ = W.valid_index(st_.panel[s: s + 1], rule, 0, st_.n_dates - 1)
     t = valid % st_.n_dates
     gap_from, gap_to = np.searchsorted(st_.dates, np.datetime64("2020-03-19")), \
@@ -173,10 +124,10 @@ def test_real_suspension_is_never_inside_a_calendar_window(ashare):
     assert not np.any((t - 9 <= gap_to - 1) & (t >= gap_from + 1))
     assert t[t > gap_from].min() == gap_to + 9
     # over its own trading days the same symbol has windows that span the suspension
-    sym_rule = W.WindowRule(window=10, horizon=1, x_fields=rule.x_fields, close=3, days="symbol")
+    sym_rule = SamplePlan(window=10, horizon=1, x_fields=rule.x_fields, close=3, days="symbol")
     valid_s, _ = W.valid_index(st_.panel[s: s + 1], sym_rule, 0, st_.n_dates - 1)
     assert len(valid_s) > len(valid) and np.any((valid_s % st_.n_dates > gap_to) & (valid_s % st_.n_dates < gap_to + 9))
 
 
 def test_default_fields_exist_in_canonical_names():
-    assert set(W.DEFAULT_FIELDS) == set(FIELDS)
+    assert set(DEFAULT_FIELDS) == set(FIELDS)
