@@ -177,7 +177,7 @@ def _chunks_in_threads(view: torch.Tensor, start: torch.Tensor, n_threads: int, 
     return len(start) / (time.perf_counter() - t0)
 
 
-def _ceiling(ds: KlineDataset, start: torch.Tensor, batch_size: int) -> tuple[float, str]:
+def ceiling(ds: KlineDataset, start: torch.Tensor, batch_size: int) -> tuple[float, str]:
     """The fastest bare gather of the windows ``start`` from a resident mapping, and how it was made."""
     st = ds.store
     flat = st.map_private()
@@ -240,7 +240,7 @@ def _measure(name: str, run: _Run) -> tuple[float, int, str]:
 def _measure_loud(name: str, run: _Run) -> tuple[float, int, str]:
     ds, b, n = run.ds, run.batch_size, run.n
     if name == "ceiling":
-        rate, how = _ceiling(ds, run.start, b)
+        rate, how = ceiling(ds, run.start, b)
         return rate, len(run.start), how
     if name == "ceiling_first_touch":
         return _ceiling_first_touch(ds, run.start, b), len(run.start), ""
@@ -426,10 +426,10 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
     found["memcpy"] = [(memcpy_bandwidth() / sample_bytes, 0, "")]
     rows = [_row(name, found[name], samples) if name in found else
             BenchRow(name, LABELS[name], note=skipped[name], skipped=True) for name in [*variants, "memcpy"]]
-    ceiling = next((r.samples_per_s for r in rows if r.name == "ceiling"), 0.0)
+    top = next((r.samples_per_s for r in rows if r.name == "ceiling"), 0.0)
     best_classic = max((r.samples_per_s for r in rows if r.name in CLASSIC), default=0.0)
     for r in rows:
-        r.of_ceiling = r.samples_per_s / ceiling if ceiling else 0.0
+        r.of_ceiling = r.samples_per_s / top if top else 0.0
         r.x_best_classic = r.samples_per_s / best_classic if best_classic else 0.0
     settings["load_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return BenchResult(rows, settings)

@@ -193,7 +193,7 @@ class KlineDataset(torch.utils.data.Dataset):
         return self.store.dates
 
     def valid_index(self) -> np.ndarray:
-        """Flat cell index ``symbol * n_dates + t`` of every sample, sorted (int64, read-only)."""
+        """Flat cell index ``symbol * n_dates + t`` of every sample, sorted (int32 where it fits, read-only)."""
         v = self._index().view()
         v.flags.writeable = False
         return v
@@ -226,8 +226,10 @@ class KlineDataset(torch.utils.data.Dataset):
         if self._cpu is None or self._pid != os.getpid():
             st = self.store
             flat = st.map_private()   # row s of the file is symbol s (DESIGN.md)
-            readahead(flat)            # the first epoch at full speed: pages read ahead and mapped meanwhile
-            bars = torch.from_numpy(self._bars) if self._bars is not None else None
+            # The first epoch at full speed: each row's stored days read ahead and mapped in the background.
+            row = st.n_dates * st.n_fields * 4
+            readahead(flat, [(s * st.row_stride * 4, row) for s in range(st.n_symbols)])
+            bars = torch.from_numpy(self._bars.astype(np.int64)) if self._bars is not None else None
             self._cpu = Gatherer(self.plan, torch.from_numpy(flat), st.row_stride, st.n_fields, 0, bars,
                                  self._stats_t())
             self._pid = os.getpid()
@@ -353,14 +355,14 @@ class KlineDataset(torch.utils.data.Dataset):
         if pin:
             host = host.pin_memory()
         panel_t = host.reshape(-1).to(dev)
-        bars = torch.from_numpy(self._bars).to(dev) if self._bars is not None else None
+        bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
         g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
         valid = torch.from_numpy(self._index()).to(dev)
         nd = st.n_dates
 
         def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
             idx = torch.as_tensor(indices, dtype=torch.int64).to(dev, non_blocking=True)
-            flat = valid[idx]
+            flat = valid[idx].long()
             return g.gather(flat // nd, flat % nd, out)
 
         return gather

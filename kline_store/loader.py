@@ -316,8 +316,10 @@ class KlineLoader:
         n_threads = self.num_workers
         depth = max(1, self.config["prefetch"]) * max(1, n_threads)
         fixed = self.layout is not None
-        ring = self._make_ring(depth + 1 + max(1, n_threads), capacity) if pin and fixed else None
-        recycler = self._make_recycler(depth + max(1, n_threads) + 2, capacity) if fixed and not pin else None
+        # Buffers: `depth` chunks being gathered or waiting, the one the consumer cuts, and one whose last batch
+        # the training step may still hold (the recycler takes fresh memory beyond that, never a busy slot).
+        ring = self._make_ring(depth + 2, capacity) if pin and fixed else None
+        recycler = self._make_recycler(depth + 2, capacity) if fixed and not pin else None
         # A per-batch transform runs on the host batches, in the gather threads (the training thread without them).
         split = self.collate_fn
 

@@ -15,6 +15,7 @@ import ctypes
 import os
 import sys
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -114,30 +115,38 @@ def _madvise(addr: int, length: int, advice: int) -> bool:
     return libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice) == 0  # releases the GIL
 
 
-def readahead(arr: np.ndarray, available: int | None = None) -> threading.Thread | None:
-    """Read a mapped array's pages ahead and map them in a background thread, when it fits in memory.
+def readahead(arr: np.ndarray, ranges: Sequence[tuple[int, int]] | None = None,
+              available: int | None = None) -> threading.Thread | None:
+    """Read a mapped array's pages ahead and map them in a background thread, when they fit in memory.
 
     Args:
         arr: a memory-mapped array (its pages are shared page cache; nothing is copied).
+        ranges: ``(byte offset, length)`` parts of ``arr`` to read (default: all of it). A store's rows
+            reserve room for future days: reading that room would fill the page cache with zero pages.
         available: host memory available (default: measured).
 
     Returns:
-        The background thread (joinable), or None when the array is too big or empty.
+        The background thread (joinable), or None when there is nothing to read or it does not fit.
     """
-    n = int(arr.nbytes)
-    if n == 0 or n > (host_available_bytes() if available is None else available) * READAHEAD_FRACTION:
+    parts = [(0, int(arr.nbytes))] if ranges is None else [(int(o), int(n)) for o, n in ranges if n > 0]
+    total = sum(n for _, n in parts)
+    if total == 0 or total > (host_available_bytes() if available is None else available) * READAHEAD_FRACTION:
         return None
-    addr = arr.ctypes.data
-    start = addr - addr % _PAGE
-    length = n + (addr - start)
-    _madvise(start, length, _MADV_WILLNEED)
+    base = arr.ctypes.data
+    pages = []
+    for off, n in parts:
+        start = base + off
+        aligned = start - start % _PAGE
+        pages.append((aligned, n + (start - aligned)))
+    for start, length in pages:
+        _madvise(start, length, _MADV_WILLNEED)
 
     def populate(keep: np.ndarray = arr) -> None:  # holds the array: the mapping cannot go away meanwhile
-        if not _madvise(start, length, _MADV_POPULATE_READ):
-            flat = keep.reshape(-1).view(np.uint8)
-            step = _PAGE
-            for lo in range(0, flat.size, 64 << 20):   # touch one byte per page, 64 MiB at a time
-                int(flat[lo: lo + (64 << 20): step].sum())
+        flat = keep.reshape(-1).view(np.uint8)
+        for start, length in pages:
+            if not _madvise(start, length, _MADV_POPULATE_READ):   # an older kernel: touch a byte per page
+                lo = start - base
+                int(flat[max(lo, 0): lo + length: _PAGE].sum())
 
     th = threading.Thread(target=populate, name="kline-readahead", daemon=True)
     th.start()

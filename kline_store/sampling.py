@@ -27,15 +27,26 @@ from .errors import InputError
 TAILS = ("pad", "drop")
 
 
+def index_dtype(n: int) -> np.dtype:
+    """The narrowest of int32 / int64 that holds ``0..n-1``: index arrays of millions of windows are a
+    memory cost per process (and per rank), so they take 4 bytes an entry where that suffices."""
+    return np.dtype(np.int32) if n <= np.iinfo(np.int32).max else np.dtype(np.int64)
+
+
 def permutation(n: int, seed: int, epoch: int) -> np.ndarray:
-    """A permutation of ``0..n-1`` determined by ``(seed, epoch)`` alone (int64)."""
+    """A permutation of ``0..n-1`` determined by ``(seed, epoch)`` alone (``index_dtype(n)``).
+
+    The same permutation as ``Generator.permutation(n)`` (the shuffle's draws do not depend on the dtype).
+    """
     rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed) & (2**63 - 1), int(epoch)])))
-    return rng.permutation(n).astype(np.int64, copy=False)
+    order = np.arange(n, dtype=index_dtype(n))
+    rng.shuffle(order)
+    return order
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarray:
     """The whole epoch's order (before sharding): a permutation, or ``arange(n)`` without shuffling."""
-    return permutation(n, seed, epoch) if shuffle else np.arange(n, dtype=np.int64)
+    return permutation(n, seed, epoch) if shuffle else np.arange(n, dtype=index_dtype(n))
 
 
 def shard_size(n: int, world: int, tail: Literal["pad", "drop"] = "pad") -> int:
@@ -53,7 +64,7 @@ def shard(order: np.ndarray, rank: int, world: int, tail: Literal["pad", "drop"]
         tail: "pad" or "drop".
 
     Returns:
-        ``order[rank::world]`` of the padded or truncated order.
+        ``order[rank::world]`` of the padded or truncated order (a copy when ``world > 1``).
     """
     n = len(order)
     if world == 1:
@@ -65,7 +76,7 @@ def shard(order: np.ndarray, rank: int, world: int, tail: Literal["pad", "drop"]
             order = np.concatenate([order, np.resize(order, extra)])
     else:
         order = order[: (n // world) * world]
-    return order[rank::world]
+    return np.ascontiguousarray(order[rank::world])   # a copy: the whole epoch's order can be freed
 
 
 def rank_indices(n: int, seed: int, epoch: int, rank: int = 0, world: int = 1, shuffle: bool = True,

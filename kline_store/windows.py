@@ -4,7 +4,8 @@ A sample is the window of ``window`` days ending at day ``t`` of one symbol, plu
 Everything here is pure numpy over the store's ``[n_symbols, n_dates, n_fields]`` panel (a strided memmap view)
 and returns small index arrays; nothing copies the panel. The dataset (``dataset.py``) gathers the windows.
 
-Samples are addressed by a *flat cell index* ``symbol * n_dates + t`` (int64, 8 bytes per window), sorted by
+Samples are addressed by a *flat cell index* ``symbol * n_dates + t`` (int32 where it fits, else int64: 4 bytes
+per window), sorted by
 symbol then day. Validity rules, applied per symbol (see :class:`~kline_store.spec.SamplePlan`):
 
 * ``days="calendar"``, ``missing="drop"`` (default): every cell of the window is finite over the input
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .sampling import index_dtype
 from .spec import SamplePlan
 
 # Symbols per chunk when scanning the panel: bounds temporaries to a few tens of MB.
@@ -157,7 +159,7 @@ def symbol_valid(panel: np.ndarray, plan: SamplePlan, lo: int, hi: int) -> tuple
         hi: last allowed label day.
 
     Returns:
-        ``(valid, bars)``: int64 flat cell indices (``s * n_dates + t``) of the valid windows' last days, and of
+        ``(valid, bars)``: flat cell indices (``s * n_dates + t``) of the valid windows' last days, and of
         every bar of every symbol (sorted; the window of ``valid[i]`` is the ``window`` bars ending at its
         position in ``bars``).
     """
@@ -182,9 +184,10 @@ def symbol_valid(panel: np.ndarray, plan: SamplePlan, lo: int, hi: int) -> tuple
         off = rows.start * n_dates
         bar_parts.append(local + off)
         valid_parts.append(local[ok] + off)
-    bars = np.concatenate(bar_parts) if bar_parts else np.zeros(0, np.int64)
-    valid = np.concatenate(valid_parts) if valid_parts else np.zeros(0, np.int64)
-    return valid.astype(np.int64, copy=False), bars.astype(np.int64, copy=False)
+    dt = index_dtype(n_sym * n_dates)
+    bars = np.concatenate(bar_parts) if bar_parts else np.zeros(0, dt)
+    valid = np.concatenate(valid_parts) if valid_parts else np.zeros(0, dt)
+    return valid.astype(dt, copy=False), bars.astype(dt, copy=False)
 
 
 def symbol_label_day(valid: np.ndarray, bars: np.ndarray, horizon: int) -> np.ndarray:
@@ -202,13 +205,14 @@ def valid_index(panel: np.ndarray, plan: SamplePlan, lo: int | None = None, hi: 
     ``lo``/``hi`` default to the plan's calendar bounds.
 
     Returns:
-        ``(valid, bars)``: ``valid`` int64 ``s * n_dates + t``; ``bars`` as in :func:`symbol_valid` or None.
+        ``(valid, bars)``: ``valid`` ``s * n_dates + t`` (``index_dtype``); ``bars`` as in :func:`symbol_valid` or None.
     """
     lo = plan.lo if lo is None else lo
     hi = plan.hi if hi is None else hi
     if plan.days == "symbol":
         return symbol_valid(panel, plan, lo, hi)
-    return np.flatnonzero(calendar_valid(panel, plan, lo, hi)).astype(np.int64, copy=False), None
+    valid = np.flatnonzero(calendar_valid(panel, plan, lo, hi))
+    return valid.astype(index_dtype(panel.shape[0] * panel.shape[1]), copy=False), None
 
 
 def decode(flat: np.ndarray, n_dates: int) -> tuple[np.ndarray, np.ndarray]:

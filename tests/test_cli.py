@@ -4,7 +4,6 @@ import json
 
 import numpy as np
 import polars as pl
-import pytest
 
 from conftest import run_cli, write
 from kline_store import open_store

@@ -17,7 +17,7 @@ LAYERS = [
     # ingest half: files -> store
     "columns", "manifest", "lock", "store", "readers", "validate", "adjust", "convert", "update", "exporter",
     # training half: store -> windows -> gather -> loader -> dataset
-    "dates", "spec", "windows", "sampling", "batches", "transforms", "gather", "buffers", "placement", "config",
+    "dates", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
     "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits",
     # on top: measuring and tuning
     "timing", "meter", "synthetic", "tune", "classic", "bench",

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from conftest import ROOT, write
+from conftest import write
 from kline_store import ingest, open_store, verify_store
 from kline_store.errors import InputError, StoreError
 

@@ -76,3 +76,12 @@ def test_readahead_maps_pages_without_private_copies(tmp_path):
     assert _mapping_kib(addr, "Anonymous") == 0                # page-cache pages, no copy-on-write copies
     assert P.readahead(arr, available=1) is None               # too big for memory: left to the page faults
     assert P.readahead(np.zeros(0, np.float32)) is None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm2 = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(fd)
+    part = np.frombuffer(mm2, dtype=np.float32)
+    P.readahead(part, [(0, 1 << 20), (8 << 20, 1 << 20)]).join(30)   # two 1 MiB rows of the 16 MiB
+    # only those (page-cache folios of up to 2 MiB may map a little around them), not the other 14 MiB
+    assert 2048 <= _mapping_kib(part.ctypes.data, "Rss") <= 8192
