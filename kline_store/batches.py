@@ -70,12 +70,11 @@ def slices(chunk: Any, sizes: Sequence[int]) -> Iterator[tuple[Any, int]]:
         yield chunk, sizes[0]
         return
     start = 0
-    if isinstance(chunk, dict) and all(hasattr(v, "shape") for v in chunk.values()):
-        items = list(chunk.items())  # the common case (a KlineDataset dict), without the generic walk
-        for n in sizes:
-            end = start + n
-            yield {k: v[start:end] for k, v in items}, n
-            start = end
+    if isinstance(chunk, dict) and all(hasattr(v, "split") for v in chunk.values()):
+        # The common case (a KlineDataset dict): one split per key makes all the views in one call.
+        keys = list(chunk)
+        for n, views in zip(sizes, zip(*(v.split(list(sizes)) for v in chunk.values()))):
+            yield dict(zip(keys, views)), n
         return
     for n in sizes:
         a, b = start, start + n

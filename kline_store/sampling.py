@@ -140,6 +140,8 @@ class EpochBatches:
         self.epoch = 0
         self.position = 0
         self._cache: tuple[int, np.ndarray] | None = None
+        k = shard_size(n, world_size, tail)
+        self._per_epoch = (k // batch_size) * batch_size if drop_last else k
 
     # order -------------------------------------------------------------
     def indices(self) -> np.ndarray:
@@ -158,8 +160,7 @@ class EpochBatches:
 
     def samples_per_epoch(self) -> int:
         """Samples this rank delivers per epoch (after drop_last)."""
-        k = shard_size(self.n, self.world_size, self.tail)
-        return (k // self.batch_size) * self.batch_size if self.drop_last else k
+        return self._per_epoch
 
     def __len__(self) -> int:
         """Batches per full epoch on this rank."""
@@ -177,8 +178,8 @@ class EpochBatches:
     # progress ------------------------------------------------------------
     def advance(self, n_samples: int) -> None:
         """Record ``n_samples`` delivered; the epoch rolls over to the next one when it is complete."""
-        self.position += int(n_samples)
-        if self.position >= self.samples_per_epoch():
+        self.position += n_samples
+        if self.position >= self._per_epoch:
             self.epoch += 1
             self.position = 0
 
