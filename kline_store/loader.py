@@ -436,6 +436,12 @@ class KlineLoader:
     def dataset(self) -> BatchSource:
         return self.source
 
+    @property
+    def sampler(self) -> EpochBatches:
+        """The order (``set_epoch``), under the name frameworks look for (Lightning calls
+        ``loader.sampler.set_epoch(epoch)`` each epoch)."""
+        return self.batch_sampler
+
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch's permutation; a no-op for the current epoch (keeps a resumed position)."""
         self.batch_sampler.set_epoch(epoch)

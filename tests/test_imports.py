@@ -18,7 +18,7 @@ LAYERS = [
     "columns", "manifest", "lock", "store", "readers", "validate", "adjust", "convert", "update", "exporter",
     # training half: store -> windows -> gather -> loader -> dataset
     "dates", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
-    "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits",
+    "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",
     # on top: measuring and tuning
     "timing", "meter", "synthetic", "tune", "classic", "bench",
     # the command line and the package
