@@ -43,7 +43,7 @@ from .errors import InputError
 from .gather import window_view
 from .loader import describe_config
 from .placement import readahead, usable_cores
-from .prefetch import OneThread
+from .prefetch import KeepTorchThreads, SingleThreaded, single_threaded_torch
 from .store import open_store
 from .timing import shut_down, time_batches
 
@@ -142,18 +142,22 @@ def memcpy_bandwidth(nbytes: int = 256 << 20, repeats: int = 5) -> float:
 
 
 def _per_batch(view: torch.Tensor, start: torch.Tensor, batch_size: int, one_thread: bool) -> float:
-    out = torch.empty((batch_size, *view.shape[1:]))
-    t0 = time.perf_counter()
-    if one_thread:
-        with OneThread():
-            for a in range(0, len(start), batch_size):
-                idx = start[a: a + batch_size]
-                torch.index_select(view, 0, idx, out=out[: len(idx)])
-    else:
+    """One ``index_select`` per batch: in this thread (torch's threads), or in a thread on one intra-op thread."""
+    def run() -> float:
+        out = torch.empty((batch_size, *view.shape[1:]))
+        t0 = time.perf_counter()
         for a in range(0, len(start), batch_size):
             idx = start[a: a + batch_size]
             torch.index_select(view, 0, idx, out=out[: len(idx)])
-    return len(start) / (time.perf_counter() - t0)
+        return len(start) / (time.perf_counter() - t0)
+
+    if not one_thread:
+        return run()
+    helper = SingleThreaded()
+    try:
+        return helper.call(run)
+    finally:
+        helper.close()
 
 
 def _chunks_in_threads(view: torch.Tensor, start: torch.Tensor, n_threads: int, chunk: int) -> float:
@@ -161,15 +165,16 @@ def _chunks_in_threads(view: torch.Tensor, start: torch.Tensor, n_threads: int, 
     barrier = threading.Barrier(n_threads + 1)
 
     def run(k: int) -> None:
-        with OneThread():
-            out = torch.empty((chunk, *view.shape[1:]))
-            barrier.wait()
-            for idx in parts[k::n_threads]:
-                torch.index_select(view, 0, idx, out=out[: len(idx)])
+        single_threaded_torch()
+        out = torch.empty((chunk, *view.shape[1:]))
+        barrier.wait()
+        for idx in parts[k::n_threads]:
+            torch.index_select(view, 0, idx, out=out[: len(idx)])
 
     threads = [threading.Thread(target=run, args=(k,)) for k in range(n_threads)]
-    for th in threads:
-        th.start()
+    with KeepTorchThreads():
+        for th in threads:
+            th.start()
     barrier.wait()
     t0 = time.perf_counter()
     for th in threads:

@@ -29,7 +29,7 @@ from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .errors import InputError
 from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
-from .prefetch import KeepTorchThreads, OneThread, OrderedPrefetcher, single_threaded_torch
+from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
 from .sampling import EpochBatches
 from .workers import ChunkFetch, ProcessPool
 
@@ -214,6 +214,7 @@ class KlineLoader:
         self._ring_key: tuple[int, int] | None = None
         self._passes = 0
         self._pool: ProcessPool | None = None
+        self._sync: SingleThreaded | None = None
 
     @staticmethod
     def _check_device(device: Any) -> torch.device:
@@ -344,13 +345,11 @@ class KlineLoader:
                 return [split(b) for b, _ in slices(data, sizes)], sizes, "ready"
             return data, sizes, None
 
-        if n_threads == 0:
-            def inline() -> Iterator[tuple[Any, list[int], Any]]:
-                for item in chunks:
-                    with OneThread():
-                        result = work(item)
-                    yield result
-            yield from inline()
+        if n_threads == 0:   # on demand, one chunk at a time, in a helper thread kept off OpenMP
+            if self._sync is None:
+                self._sync = SingleThreaded()
+            for item in chunks:
+                yield self._sync.call(work, item)
             if ring is not None:
                 self._passes -= 1
             return
@@ -400,10 +399,13 @@ class KlineLoader:
         return self._ring
 
     def close(self) -> None:
-        """Stop worker processes (threads end with each pass)."""
+        """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
         pool, self._pool = self._pool, None
         if pool is not None:
             pool.close()
+        sync, self._sync = self._sync, None
+        if sync is not None:
+            sync.close()
 
     def __del__(self) -> None:
         try:

@@ -8,6 +8,7 @@ holds a core (on a busy machine a 2-thread ``index_select`` ran 7x slower than a
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
@@ -184,15 +185,20 @@ class KeepTorchThreads:
         torch.set_num_threads(self.count)
 
 
-class OneThread:
-    """Run the enclosed torch ops on one intra-op thread, then restore the count (an inline gather in the
-    training thread, kept off OpenMP for the reason in the module docstring)."""
+class SingleThreaded:
+    """One persistent thread whose torch ops run on one intra-op thread; ``call`` runs a function there and waits.
 
-    def __enter__(self) -> None:
-        self.count = torch.get_num_threads()
-        if self.count != 1:
-            torch.set_num_threads(1)
+    For work that must happen on demand, in order, yet off OpenMP: switching the training thread's own torch
+    thread count back and forth would rebuild its OpenMP team every time and slow the model that uses it.
+    """
 
-    def __exit__(self, *exc: object) -> None:
-        if self.count != 1:
-            torch.set_num_threads(self.count)
+    def __init__(self) -> None:
+        with KeepTorchThreads():
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, "kline-gather", initializer=single_threaded_torch)
+            self._pool.submit(lambda: None).result()   # the initializer has run before this returns
+
+    def call(self, fn: Callable[..., R], *args: Any) -> R:
+        return self._pool.submit(fn, *args).result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from kline_store.errors import InputError
-from kline_store.prefetch import OneThread, OrderedPrefetcher
+from kline_store.prefetch import OrderedPrefetcher, SingleThreaded
 
 
 @pytest.mark.parametrize("n_threads", [0, 1, 2, 4])
@@ -100,8 +100,13 @@ def test_gather_threads_leave_the_trainers_torch_threads_alone():
     assert after == before and seen.strip() == "{1}"
 
 
-def test_one_thread_restores_the_count():
+def test_single_threaded_helper_runs_calls_in_order_off_the_trainers_threads():
     before = torch.get_num_threads()
-    with OneThread():
-        assert torch.get_num_threads() == 1
+    helper = SingleThreaded()
+    try:
+        assert [helper.call(lambda i: (i, torch.get_num_threads()), i) for i in range(3)] == [(0, 1), (1, 1), (2, 1)]
+        with pytest.raises(ZeroDivisionError):
+            helper.call(lambda: 1 / 0)
+    finally:
+        helper.close()
     assert torch.get_num_threads() == before
