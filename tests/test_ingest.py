@@ -213,7 +213,7 @@ def test_locked_out_ingest_leaves_the_holder_alone(tmp_path):
     from kline_store.errors import StoreLockedError
     from kline_store.lock import WriterLock
     write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
-    with WriterLock(tmp_path / "s"):
+    with WriterLock(tmp_path / "s", create=True):
         (tmp_path / "s" / ".staging").mkdir()
         (tmp_path / "s" / ".staging" / "work").write_text("the holder's")
         with pytest.raises(StoreLockedError):

@@ -6,7 +6,8 @@ import pytest
 
 from conftest import write
 from kline_store.errors import InputError
-from kline_store.readers import expand_inputs, inspect_source, read_source
+from kline_store.inputs import expand_inputs
+from kline_store.readers import inspect_source, read_source
 
 
 def read(path, user_map=None):
