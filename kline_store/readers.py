@@ -82,9 +82,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
             enc, data = textscan.detect_encoding(path)
-            with open(path, "rb") as fh:
-                raw = data[:4096] if data is not None else fh.read(4096)
-            text = raw.decode("utf-8", "replace")
+            text = _first_line(path, data).decode("utf-8", "replace")
             first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
             if not first.strip():
                 raise InputError(f"{path}: file is empty")
@@ -119,6 +117,21 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                 and not C.normalise(c).startswith("unnamed") and C.normalise(c) != "index" and c not in dropped]
     src.dropped = dropped + shadowed
     return src
+
+
+def _first_line(path: Path, data: bytes | None) -> bytes:
+    """The header line's bytes, however long (a wide pandas export can have thousands of columns)."""
+    if data is not None:
+        end = data.find(b"\n")
+        return data if end < 0 else data[:end]
+    out = b""
+    with open(path, "rb") as fh:
+        while b"\n" not in out:
+            block = fh.read(1 << 16)
+            if not block:
+                break
+            out += block
+    return out.split(b"\n", 1)[0]
 
 
 def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str]) -> list[str]:

@@ -1,0 +1,49 @@
+"""Date cells -> days: every accepted form, one message per kind of bad date, and the 1800..2200 range."""
+
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from kline_store.dates import parse_dates
+from kline_store.errors import InputError
+
+
+def parse(values, dtype=None):
+    s = pl.Series("d", values, dtype=dtype)
+    return parse_dates(s, Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
+
+
+@pytest.mark.parametrize("cell", ["20240102", "2024-01-02", "2024-01-02 15:00:00", "1/2/2024", "2024/01/02",
+                                  "2024-01-02T00:00:00Z", "2024.01.02", " 2024-01-02 "])
+def test_accepted_forms(cell):
+    assert str(parse([cell, cell])[0]) == "2024-01-02"
+
+
+def test_integers_and_typed_values():
+    assert [str(d) for d in parse([20240102, 20231229])] == ["2024-01-02", "2023-12-29"]
+    assert str(parse([20240102.0], pl.Float64)[0]) == "2024-01-02"
+    assert str(parse(["2024-01-02"]).cast(pl.Date)[0]) == "2024-01-02"
+
+
+@pytest.mark.parametrize("values,message", [
+    (["0001-01-01"], r"line 2: date 0001-01-01 \('0001-01-01'\) in column 'd' is outside 1800-01-01..2200-12-31"),
+    (["2024-01-02", "9999-12-31"], r"line 3: date 9999-12-31"),
+    ([17991231], r"line 2: unparseable date 17991231 in column 'd' \(expected YYYYMMDD, years 1800..2200\)"),
+    ([20240230], r"line 2: unparseable date 20240230"),
+    (["2024-02-30"], r"line 2: unparseable date '2024-02-30'"),
+    (["2024-01-02", None], r"line 3: missing date in column 'd'"),
+    (["2024-01-02", "2024/01/03"], r"mixed date formats in column 'd': '2024-01-02' \(line 2\) and '2024/01/03' \(line 3\)"),
+    (["x" * 500], r"line 2: unparseable date 'xxxx.*\.\.\.' in column 'd'"),
+])
+def test_bad_dates_are_named(values, message):
+    """Case 8: 0001-01-01 and 9999-12-31 passed as "problems: none"."""
+    with pytest.raises(InputError, match=rf"f\.csv: {message}") as e:
+        parse(values)
+    assert len(str(e.value)) < 200
+
+
+def test_typed_dates_out_of_range():
+    import datetime
+    with pytest.raises(InputError, match="outside 1800-01-01..2200-12-31"):
+        parse([datetime.date(1, 1, 1)], pl.Date)
