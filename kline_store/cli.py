@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 
 import click
@@ -142,10 +141,6 @@ _register_perf_commands()
 
 def main() -> None:
     """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
-    if hasattr(signal, "SIGXFSZ"):
-        # Past a file-size limit (ulimit -f) a write fails with EFBIG, reported in one line, instead of the
-        # signal killing the process mid-write.
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -28,26 +28,25 @@ def block_rows(n_dates: int, n_fields: int, budget: int = BLOCK_BYTES) -> int:
 class Placement:
     """Where each bar goes: its row and calendar index, and the bars grouped by row.
 
-    ``order[bounds[r]:bounds[r + 1]]`` are the bars of row ``r``.
+    The bars of row ``r`` are ``order[bounds[r]:bounds[r + 1]]``, or simply ``bounds[r]:bounds[r + 1]`` when
+    the bars come grouped by row in row order already (the usual input; no index array is then held).
     """
 
     row: np.ndarray
     pos: np.ndarray
-    order: np.ndarray
+    order: np.ndarray | None
     bounds: np.ndarray
 
     @classmethod
     def of(cls, row: np.ndarray, pos: np.ndarray, n_rows: int) -> "Placement":
-        if len(row) < 2 or bool((row[1:] >= row[:-1]).all()):
-            order = np.arange(len(row))          # the usual input: grouped by symbol, in symbol order
-        else:
-            order = np.argsort(row, kind="stable")
-        bounds = np.searchsorted(row[order], np.arange(n_rows + 1), side="left")
+        order = None if len(row) < 2 or bool((row[1:] >= row[:-1]).all()) else np.argsort(row, kind="stable")
+        bounds = np.searchsorted(row if order is None else row[order], np.arange(n_rows + 1), side="left")
         return cls(row, pos, order, bounds)
 
-    def between(self, lo: int, hi: int) -> np.ndarray:
-        """Indices of the bars of rows lo..hi-1."""
-        return self.order[self.bounds[lo]: self.bounds[hi]]
+    def between(self, lo: int, hi: int) -> slice | np.ndarray:
+        """The bars of rows lo..hi-1: a slice of the bars, or their indices."""
+        a, b = int(self.bounds[lo]), int(self.bounds[hi])
+        return slice(a, b) if self.order is None else self.order[a:b]
 
 
 def scatter(block: np.ndarray, lo: int, bars: Bars, place: Placement, fields: list[str], day0: int = 0,
@@ -60,9 +59,9 @@ def scatter(block: np.ndarray, lo: int, bars: Bars, place: Placement, fields: li
         keep_stored: a missing input value leaves the cell as it is (a revision never erases a stored value).
     """
     sel = place.between(lo, lo + block.shape[0])
-    if not len(sel):
-        return
     r, p = place.row[sel] - lo, place.pos[sel] - day0
+    if not len(r):
+        return
     values = np.asarray(bars.values[sel])
     nf = block.shape[2]
     if not keep_stored and bars.fields == fields:
@@ -70,7 +69,7 @@ def scatter(block: np.ndarray, lo: int, bars: Bars, place: Placement, fields: li
     else:
         src = np.asarray([bars.fields.index(f) for f in fields if f in bars.fields], dtype=np.intp)
         dst = np.asarray([j for j, f in enumerate(fields) if f in bars.fields], dtype=np.intp)
-        cells = block[r, p] if (keep_stored or len(dst) < nf) else np.empty((len(sel), nf), np.float32)
+        cells = block[r, p] if (keep_stored or len(dst) < nf) else np.empty((len(r), nf), np.float32)
         given = values[:, src]
         cells[:, dst] = np.where(np.isfinite(given), given, cells[:, dst]) if keep_stored else given
         block[r, p] = cells

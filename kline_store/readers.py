@@ -24,7 +24,7 @@ from .dates import parse_dates
 from .errors import InputError
 from .inputs import is_parquet, location, symbol_from_name
 
-CHUNK_BYTES = 64 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
+CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
 WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
 
 
