@@ -26,6 +26,7 @@ from .inputs import is_parquet, location, symbol_from_name
 
 CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
 WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
+MAX_HEADER = 16 << 20    # a header line longer than this is not a header
 
 
 @dataclass
@@ -131,6 +132,8 @@ def _first_line(path: Path, data: bytes | None) -> bytes:
             if not block:
                 break
             out += block
+            if len(out) > MAX_HEADER:
+                raise InputError(f"{path}: no line end in the first {MAX_HEADER >> 20} MiB: not a CSV file")
     return out.split(b"\n", 1)[0]
 
 

@@ -246,8 +246,8 @@ def test_symbol_pattern_in_file_names(real, tmp_path):
 
 def test_a_failed_first_ingest_leaves_no_folder(tmp_path):
     """Case 8: a failed first ingest left an empty folder behind."""
-    write(tmp_path / "bad.csv", "date,close\n2024-01-02,1\n2024-01-03\n")
-    with pytest.raises(InputError, match="line 3: 1 field"):
+    write(tmp_path / "bad.csv", "date,close\n2024-01-02,1\n2024-01-03,x\n")
+    with pytest.raises(InputError, match="line 3: column 'close': non-numeric value 'x'"):
         ingest([tmp_path / "bad.csv"], tmp_path / "new" / "s")
     assert not (tmp_path / "new" / "s").exists()
 

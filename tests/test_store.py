@@ -5,6 +5,7 @@ import hashlib
 import json
 import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -186,7 +187,7 @@ def test_a_manifest_naming_a_file_outside_the_store_is_refused(crafted, name):
     m["data"]["file"] = str(victim) if name == "ABSOLUTE" else name
     for sealed in (False, True):              # an older store without checksum, or one crafted to pass it
         (store / "manifest.json").write_text(json.dumps(mf.seal(m) if sealed else
-                                                        {k: v for k, v in m.items() if k != mf.CHECKSUM_KEY}))
+                                                        {k: v for k, v in m.items() if k != "manifest_checksum"}))
         _refused_everywhere(store, new, "manifest key 'data.file'")
     after = _tree_digest(store.parent)
     assert after["victim.bin"] == before["victim.bin"]
@@ -230,3 +231,35 @@ def test_a_reader_never_writes_not_even_behind_a_versions_link(crafted, tmp_path
     r = run_cli("append", str(store), str(new))
     assert r.returncode == 1 and "versions: is a symbolic link" in r.stderr
     assert _tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["yahoo", "events"])
+def test_a_store_written_before_checksums_opens_and_is_sealed_by_the_next_write(real, tmp_path, kind):
+    """Stores of the previous format (tests/data/stores_v0): they open, verify says they lack the checksum,
+    an append adds it and continues their factors exactly as a full ingest of all the rows would."""
+    from kline_store import append, ingest
+    store = tmp_path / "s"
+    shutil.copytree(Path(__file__).parent / "data" / "stores_v0" / kind, store)
+    assert mf.CHECKSUM_KEY not in json.loads((store / "manifest.json").read_text())
+    with open_store(store, verify=True) as st:
+        assert st.version == 1 and st.n_dates == (12 if kind == "yahoo" else 10)
+    r = run_cli("verify", str(store))
+    assert r.returncode == 0 and "has no checksum" in r.stdout
+    if kind == "yahoo":
+        files = {s: (real / "us_yahoo_daily" / f"{s}.csv").read_text().splitlines() for s in ("AAPL", "PTR")}
+        new = {s: lines[:1] + lines[13:16] for s, lines in files.items()}
+        full = {s: lines[:16] for s, lines in files.items()}
+    else:
+        lines = (real / "zipline_csvdir" / "csvdir_samples_csvdir_daily_AAPL.csv").read_text().splitlines()
+        at = next(i for i, ln in enumerate(lines) if ln.startswith("2014-06-02"))
+        new, full = {"AAPL": lines[:1] + lines[at + 10: at + 13]}, {"AAPL": lines[:1] + lines[at: at + 13]}
+    for name, parts in (("new", new), ("full", full)):
+        for s, rows in parts.items():
+            write(tmp_path / name / f"{s}.csv", "\n".join(rows) + "\n")
+    append(store, [tmp_path / "new"])
+    m = json.loads((store / "manifest.json").read_text())
+    assert m[mf.CHECKSUM_KEY] == mf.content_checksum(m) and "has no checksum" not in run_cli("verify", str(store)).stdout
+    ingest([tmp_path / "full"], tmp_path / "ref", capacity=16)
+    a, b = open_store(store, verify=True), open_store(tmp_path / "ref")
+    assert a.symbols == b.symbols and list(a.dates) == list(b.dates) and a.fields == b.fields
+    np.testing.assert_allclose(a.panel, b.panel, rtol=2e-7, equal_nan=True)

@@ -58,7 +58,8 @@ def test_ingested_store_is_sparse_and_pwritten(real, tmp_path):
 
 
 def _cli_limited(limit: int, *args):
-    """The CLI under a file-size limit (RLIMIT_FSIZE), as `ulimit -f` sets it; any user can do this."""
+    """The CLI under a file-size limit (RLIMIT_FSIZE), as `ulimit -f` sets it; any user can do this. (Python
+    ignores SIGXFSZ, so a write past the limit fails with EFBIG.)"""
     def limit_size():
         resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     return subprocess.run([sys.executable, "-m", "kline_store.cli", *map(str, args)], capture_output=True,
@@ -66,7 +67,8 @@ def _cli_limited(limit: int, *args):
 
 
 def test_file_size_limit_is_one_line_not_a_signal(real, tmp_path):
-    """Past `ulimit -f` the old writers died of SIGXFSZ mid-write; now EFBIG is one line and nothing is left."""
+    """Past `ulimit -f` writers printed `unexpected OSError: [Errno 27] File too large` naming nothing and left
+    the folder of a first ingest; now it is one line naming the store, and nothing is left."""
     qfq = real / "ashare_qfq_daily" / "data_20251009"
     r = _cli_limited(64 << 10, "ingest", qfq / "000001.csv", "-o", tmp_path / "s")
     assert r.returncode == 1, (r.returncode, r.stderr)
