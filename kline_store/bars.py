@@ -130,7 +130,7 @@ class _Sink:
             "file": np.full(df.height, file_id, dtype=np.uint32),
             "row": df["_row"].to_numpy(),
             "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
-                                 for f in self.fields]).to_numpy(),
+                                 for f in self.fields]).to_numpy(order="c"),
         }
         for name, dtype in COLUMNS:
             arr = np.ascontiguousarray(cols[name], dtype=dtype)
@@ -149,6 +149,8 @@ class _Sink:
                 self.fh[name].close()
                 out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
                              if self.n else np.empty(shape, dtype))
+            elif len(self.parts[name]) == 1:
+                out[name] = self.parts[name][0]          # one chunk (most files): no copy
             else:
                 out[name] = (np.concatenate(self.parts[name]) if self.parts[name] else np.empty(shape, dtype))
         return out

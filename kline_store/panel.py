@@ -90,8 +90,8 @@ def release(arr: np.ndarray) -> None:
     """Drop the resident pages of a memory-mapped (spill) array, so reading a big input stays bounded in
     memory; a no-op for arrays in memory. The mapping is read-only: nothing is written back."""
     base = arr
-    while base is not None and not isinstance(base, np.memmap):
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
         base = base.base
-    mm = getattr(base, "_mmap", None)
+    mm = getattr(base, "_mmap", None) if isinstance(base, np.memmap) else None
     if mm is not None:
         mm.madvise(mmap.MADV_DONTNEED)
