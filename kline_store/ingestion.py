@@ -70,8 +70,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             _clean_failure(out, held, first=not has_store)
             raise
         W.clean_staging(out)
-    W.collect(out)
-    version, n_bars, bars, symbols, fields, dates = result
+        W.collect(out, result[-1])
+    version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0)
@@ -159,7 +159,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
         raise
     n_bars = len(bars)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
-    return version + 1, n_bars, bars, symbols, fields, dates
+    return version + 1, n_bars, bars, symbols, fields, dates, m
 
 
 def _size(p: Path) -> int:

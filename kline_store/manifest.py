@@ -142,9 +142,9 @@ class _Checker:
     def names(self, key: str, n: int) -> list[str]:
         """A list of n unique non-empty strings (symbols, fields)."""
         v = self.list_(self.get(self.m, key), key, n)
-        for x in v:
-            if type(x) is not str or not x:
-                raise self.fail(key, f"entry {_show(x)} is not a non-empty string")
+        if not set(map(type, v)) <= {str} or "" in v:
+            bad = next(x for x in v if type(x) is not str or not x)
+            raise self.fail(key, f"entry {_show(bad)} is not a non-empty string")
         if len(set(v)) != len(v):
             seen: set[str] = set()
             dup = next(x for x in v if x in seen or seen.add(x))
@@ -153,26 +153,33 @@ class _Checker:
 
     def ints(self, value: Any, key: str, n: int, lo: int, hi: int) -> np.ndarray:
         v = self.list_(value, key, n)
-        for x in v:
-            if type(x) is not int or not lo <= x <= hi:
-                raise self.fail(key, f"entry {_show(x)} is not an integer in {lo}..{hi}")
-        return np.asarray(v, dtype=np.int64)
+        arr = np.asarray(v, dtype=np.int64) if v and set(map(type, v)) <= {int} and \
+            -(1 << 62) < min(v) and max(v) < 1 << 62 else None
+        if arr is None or (n and (arr.min() < lo or arr.max() > hi)):
+            bad = next(x for x in v if type(x) is not int or not lo <= x <= hi)
+            raise self.fail(key, f"entry {_show(bad)} is not an integer in {lo}..{hi}")
+        return arr if v else np.zeros(0, dtype=np.int64)
 
     def calendar(self, n: int) -> np.ndarray:
         """Dates as canonical ISO strings, valid, strictly increasing, within 1800..2200."""
         v = self.list_(self.get(self.m, "calendar"), "calendar", n)
-        for x in v:
-            if type(x) is not str or not _ISO_DAY.fullmatch(x):
-                raise self.fail("calendar", f"entry {_show(x)} is not a YYYY-MM-DD date")
-        try:
-            days = np.array(v, dtype="datetime64[D]")
-        except ValueError:
-            bad = next((x for x in v if not _valid_day(x)), v[0])
-            raise self.fail("calendar", f"{bad!r} is not a date") from None
-        if n and (days[0] < FIRST_DAY or days[-1] > LAST_DAY):
+        if not n:
+            return np.zeros(0, dtype="datetime64[D]")
+        days = None
+        if set(map(type, v)) <= {str}:
+            try:
+                days = np.array(v, dtype="datetime64[D]")
+            except ValueError:
+                pass
+        # numpy also reads "2016-06" or "2016-06-07T00": only the canonical spelling round-trips
+        if days is None or (np.datetime_as_string(days, unit="D") != np.asarray(v)).any():
+            bad = next((x for x in v if type(x) is not str or not _ISO_DAY.fullmatch(x) or not _valid_day(x)), v[0])
+            raise self.fail("calendar", f"entry {_show(bad)} is not a YYYY-MM-DD date")
+        if days[0] < FIRST_DAY or days[-1] > LAST_DAY:
             raise self.fail("calendar", f"dates must lie within {FIRST_DAY}..{LAST_DAY}")
-        if n > 1 and not (np.diff(days.astype(np.int64)) > 0).all():
-            i = int(np.flatnonzero(np.diff(days.astype(np.int64)) <= 0)[0])
+        step = np.diff(days.astype(np.int64))
+        if (step <= 0).any():
+            i = int(np.flatnonzero(step <= 0)[0])
             raise self.fail("calendar", f"not strictly increasing at {v[i]} -> {v[i + 1]}")
         return days
 

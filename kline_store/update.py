@@ -78,19 +78,20 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             version = old.version
     else:
         with lock.WriterLock(store_dir, wait=wait):
-            W.prepare(store_dir)
             with open_store(store_dir, verify=False) as old:
+                W.prepare(store_dir, old.manifest)
                 plan, rebase = _plan(old, bars)
-                version = old.version
+                committed = old.manifest
                 try:
                     if plan.mode == "tail":
-                        version = write_tail(store_dir, old, bars, plan, rebase)
+                        committed = write_tail(store_dir, old, bars, plan, rebase)
                     elif plan.mode == "rewrite":
-                        version = write_rewrite(store_dir, old, bars, plan, rebase)
+                        committed = write_rewrite(store_dir, old, bars, plan, rebase)
                 finally:
                     W.clean_staging(store_dir)
-        if plan.mode != "none":
-            W.collect(store_dir)   # old files and version copies no reader pins (cheap: a lock probe per file)
+            if plan.mode != "none":
+                W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
+            version = committed["version"]
     cal = EPOCH + plan.calendar.astype("timedelta64[D]")
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
@@ -160,7 +161,7 @@ def make_plan(old: Store, bars: Bars) -> Plan:
                 reason or "new days/symbols only", source)
 
 
-def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
+def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
     """Write new days/rows in place beyond every committed version's view; extend checksums; commit.
 
     Only cells no committed version can see are written: new days of old rows, and new rows. Bars on stored
@@ -246,7 +247,7 @@ def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, pla
     return crcs, state
 
 
-def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
+def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
     """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions, the revised
     bars laid over them, built and written a block of rows at a time."""
     m = old.manifest
@@ -289,7 +290,8 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
 
 def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
             last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None,
-            rebase: dict[str, float]) -> int:
+            rebase: dict[str, float]) -> dict:
+    """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
     extra = {"calendar_source": m.get("calendar_source"), "adj_factor_source": plan.factor_source}
     if plan.factor_source == adjust.INPUT:
@@ -301,5 +303,4 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
                            capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
                            sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
                            extra=extra)
-    W.commit(store_dir, new)
-    return new["version"]
+    return W.commit(store_dir, new)

@@ -52,15 +52,17 @@ def clean_staging(store_dir: Path) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def prepare(store_dir: Path) -> dict | None:
+def prepare(store_dir: Path, m: dict | None = None) -> dict | None:
     """What every writer does first, under the lock: clean up after a killed writer, restore the current
     version's copy, remove copies of versions that were never committed. Returns the current manifest (None
-    when there is none or it is damaged: only ``ingest --replace`` goes on from there)."""
+    when there is none or it is damaged: only ``ingest --replace`` goes on from there); ``m``: the current
+    manifest when the caller has just read it."""
     clean_staging(store_dir)
-    try:
-        m = mf.read_manifest(store_dir)
-    except StoreError:
-        return None
+    if m is None:
+        try:
+            m = mf.read_manifest(store_dir)
+        except StoreError:
+            return None
     vdir = store_dir / mf.VERSIONS_DIR
     with safefs.guard(store_dir, "restore the version copies"):
         if safefs.check_dir(vdir):
@@ -73,19 +75,19 @@ def prepare(store_dir: Path) -> dict | None:
 
 
 def restore_version_copy(store_dir: Path, m: dict) -> None:
-    """Write the current version's copy under versions/ if it is missing or damaged (a crash, a power loss)."""
+    """Write the current version's copy under versions/ if it is missing or damaged (a crash, a power loss):
+    a good copy holds the bytes of manifest.json."""
     vdir = safefs.make_dir(store_dir / mf.VERSIONS_DIR)
     path = vdir / mf.version_file_name(m["version"])
+    raw = safefs.read_entry(store_dir / mf.MANIFEST)
     try:
-        copy = mf.parse(safefs.read_entry(path), path)
-        mf.check_manifest(copy, path)
-        if copy["version"] == m["version"]:
+        if safefs.read_entry(path) == raw:
             return
     except (StoreError, OSError):
         pass
     if path.is_symlink() or path.exists():
         path.unlink()
-    safefs.write_atomic(path, mf.encode(mf.seal(m)), durable=False)
+    safefs.write_atomic(path, raw, durable=False)
 
 
 def default_capacity(n_dates: int) -> int:
@@ -179,12 +181,12 @@ def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: n
     return m
 
 
-def commit(store_dir: Path, manifest: dict) -> None:
+def commit(store_dir: Path, manifest: dict) -> dict:
     """Publish a version: its copy under versions/, then the atomic, durable swap of manifest.json.
 
     The copy comes first so a reader of the current version always finds one to pin; a crash between the
     two leaves a copy of a version that was never committed, which readers refuse (it is newer than
-    manifest.json) and the next writer removes.
+    manifest.json) and the next writer removes. Returns the manifest as published (with its checksum).
     """
     m = mf.seal(manifest)
     mf.check_manifest(m, store_dir / mf.MANIFEST)   # never publish a manifest that would not open
@@ -197,6 +199,7 @@ def commit(store_dir: Path, manifest: dict) -> None:
         safefs.write_atomic(store_dir / mf.MANIFEST, raw)
     crashpoint("commit:manifest-swapped")
     crashpoint("commit:done")
+    return m
 
 
 def discard_uncommitted(store_dir: Path, data_name: str | None) -> None:
@@ -294,7 +297,7 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
             raise
         finally:
             clean_staging(store_dir)
-    collect(store_dir)
+        collect(store_dir, m)
     return store_dir
 
 
@@ -308,27 +311,33 @@ def gc(path: str | os.PathLike) -> list[str]:
     """
     store_dir = Path(path)
     mf.read_manifest(store_dir)   # a clear error for a path that is not a store (and no lock file left there)
-    removed: list[str] = []
     try:
         with lock.WriterLock(store_dir, wait=0):
             m = prepare(store_dir)
             if m is None:
                 mf.read_manifest(store_dir)    # damaged meanwhile: say why
-            keep = m["data"]["file"]
-            with safefs.guard(store_dir, "remove unused files"):
-                for f in sorted(store_dir.iterdir()):
-                    if mf.DATA_FILE_RE.fullmatch(f.name) and f.name != keep and _removable(f):
-                        f.unlink()
-                        removed.append(f.name)
-                # Old version manifests: open snapshots pin theirs (workers reopen from it); the rest go.
-                vdir = store_dir / mf.VERSIONS_DIR
-                current = mf.version_file_name(m["version"])
-                for v in sorted(vdir.iterdir()) if safefs.check_dir(vdir) else []:
-                    if mf.VERSION_FILE_RE.fullmatch(v.name) and v.name != current and _removable(v):
-                        v.unlink()
-                        removed.append(f"{mf.VERSIONS_DIR}/{v.name}")
+            return remove_unused(store_dir, m)
     except StoreLockedError:
-        return removed
+        return []
+
+
+def remove_unused(store_dir: Path, m: dict) -> list[str]:
+    """gc's work, under the writer lock: remove data files and version copies that ``m`` (the current
+    manifest) does not use and no reader pins. Returns the names removed."""
+    removed: list[str] = []
+    keep = m["data"]["file"]
+    with safefs.guard(store_dir, "remove unused files"):
+        for f in sorted(store_dir.iterdir()):
+            if mf.DATA_FILE_RE.fullmatch(f.name) and f.name != keep and _removable(f):
+                f.unlink()
+                removed.append(f.name)
+        # Old version manifests: open snapshots pin theirs (workers reopen from it); the rest go.
+        vdir = store_dir / mf.VERSIONS_DIR
+        current = mf.version_file_name(m["version"])
+        for v in sorted(vdir.iterdir()) if safefs.check_dir(vdir) else []:
+            if mf.VERSION_FILE_RE.fullmatch(v.name) and v.name != current and _removable(v):
+                v.unlink()
+                removed.append(f"{mf.VERSIONS_DIR}/{v.name}")
     return removed
 
 
@@ -337,9 +346,10 @@ def _removable(p: Path) -> bool:
     return p.is_symlink() or (p.is_file() and lock.unused(p))
 
 
-def collect(store_dir: Path) -> None:
-    """gc after a successful write, best effort: the write is committed whatever happens here."""
+def collect(store_dir: Path, m: dict) -> None:
+    """gc right after a commit, still under the lock, best effort: the write is committed whatever happens
+    here (a busy disk, a file that vanished)."""
     try:
-        gc(store_dir)
-    except StoreError:
+        remove_unused(store_dir, m)
+    except (StoreError, OSError):
         pass
