@@ -186,19 +186,19 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
             raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
         size0 = os.fstat(fd).st_size
         try:
-            with safefs.guard(store_dir, f"append to {path.name}", need):
-                if size0 < n_rows * stride:
-                    os.ftruncate(fd, n_rows * stride)          # sparse: new rows cost nothing until written
-                W.crashpoint("tail:grown")
-                safefs.reserve(fd, ranges)
-                W.crashpoint("tail:cleared")
-                crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
-                W.crashpoint("tail:written")
-                # Data is durable before the manifest that shows it.
-                os.fsync(fd)
-        except BaseException:
+            if size0 < n_rows * stride:
+                os.ftruncate(fd, n_rows * stride)          # sparse: new rows cost nothing until written
+            W.crashpoint("tail:grown")
+            safefs.reserve(fd, ranges)
+            W.crashpoint("tail:cleared")
+            crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
+            W.crashpoint("tail:written")
+            os.fsync(fd)                      # data is durable before the manifest that shows it
+        except BaseException as exc:
             if os.fstat(fd).st_size > size0:
                 os.ftruncate(fd, size0)       # no committed version sees beyond it: back as it was
+            if isinstance(exc, OSError):
+                raise safefs.os_error(exc, store_dir, f"append to {path.name}", need) from None
             raise
     finally:
         os.close(fd)

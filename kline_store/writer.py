@@ -121,8 +121,10 @@ class NewGeneration:
             os.ftruncate(self.fd, self.size)                    # sparse: no block is allocated yet
         row_bytes = n_dates * n_fields * 4
         try:
-            with safefs.guard(store_dir, f"write {self.path.name}", rows * row_bytes):
-                safefs.reserve(self.fd, [(r * self.stride, row_bytes) for r in range(rows)])
+            safefs.reserve(self.fd, [(r * self.stride, row_bytes) for r in range(rows)])
+        except OSError as exc:
+            self.abort()          # first, so the message counts the space a partial reservation held
+            raise safefs.os_error(exc, store_dir, f"write {self.path.name}", rows * row_bytes) from None
         except BaseException:
             self.abort()
             raise
