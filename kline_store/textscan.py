@@ -38,25 +38,32 @@ def map_file(path: Path) -> np.ndarray:
 def detect_encoding(path: Path) -> tuple[str, bytes | None]:
     """UTF-8 when the whole file decodes as such, else GB18030 (a superset of GBK).
 
-    An all-ASCII file is told apart by one comparison pass; only a file with other bytes is decoded, from its
-    first non-ASCII block on. Returns the encoding and, for GB18030, the file re-encoded as UTF-8.
+    Read in blocks into one buffer (not mapped: a mapping of a big file would count whole in resident
+    memory). An ASCII block is told apart by one comparison; only from the first other byte on is the text
+    decoded. Returns the encoding and, for GB18030, the file re-encoded as UTF-8.
     """
-    buf = map_file(path)
-    bom = buf[:3].tobytes() == _BOM
-    utf8 = "utf-8-sig" if bom else "utf-8"
-    start = 3 if bom else 0
-    first = next((lo for lo in range(start, len(buf), BLOCK) if buf[lo: lo + BLOCK].max() >= 128), None)
-    if first is None:
-        return utf8, None
-    dec = codecs.getincrementaldecoder("utf-8")()
-    try:
-        for lo in range(first, len(buf), BLOCK):
-            dec.decode(buf[lo: lo + BLOCK].tobytes())
-        dec.decode(b"", final=True)
-        return utf8, None
-    except UnicodeDecodeError:
-        pass
-    raw = buf.tobytes()
+    buf = bytearray(BLOCK)
+    dec = None
+    with open(path, "rb") as fh:
+        n = fh.readinto(buf)
+        bom = bytes(buf[:3]) == _BOM
+        start = 3 if bom else 0
+        try:
+            while n:
+                view = memoryview(buf)[:n]
+                if dec is not None:
+                    dec.decode(view)
+                elif np.frombuffer(view, dtype=np.uint8)[start:].max(initial=0) >= 128:
+                    dec = codecs.getincrementaldecoder("utf-8")()
+                    dec.decode(view[start:])
+                start = 0
+                n = fh.readinto(buf)
+            if dec is not None:
+                dec.decode(b"", final=True)
+            return ("utf-8-sig" if bom else "utf-8"), None
+        except UnicodeDecodeError:
+            pass
+    raw = Path(path).read_bytes()
     try:
         return "gb18030", raw.decode("gb18030").encode("utf-8")
     except UnicodeDecodeError as exc:
