@@ -66,14 +66,20 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--keep", type=Path, help="keep the CSV and store in this folder")
     ap.add_argument("--baseline", type=Path, help="a checkout to compare with (e.g. `git worktree add` of main)")
+    ap.add_argument("--write-csv", type=Path, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.write_csv:
+        make_csv(a.write_csv, a.symbols, a.days)
+        return
     work = a.keep or Path(tempfile.mkdtemp(prefix="kline-bench-"))
     work.mkdir(parents=True, exist_ok=True)
     csv = work / "long.csv"
     if not csv.exists():
-        rows = make_csv(csv, a.symbols, a.days)
-    else:
-        rows = sum(1 for _ in open(csv)) - 1
+        # In a child process: a child's peak RSS counts the pages it shares with its parent at fork, so a parent
+        # that built the CSV in memory would inflate every figure measured after.
+        subprocess.run([sys.executable, __file__, "--symbols", str(a.symbols), "--days", str(a.days),
+                        "--write-csv", str(csv)], check=True)
+    rows = sum(1 for _ in open(csv, "rb")) - 1
     py = sys.executable
     exe = [py, "-m", "kline_store.cli"]
     polars_cmd = [py, "-c", f"import polars; polars.read_csv({str(csv)!r})"]
