@@ -101,8 +101,13 @@ def _clean_failure(out: Path, held: lock.WriterLock, first: bool) -> None:
                 continue
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
         held.remove()
-        if held.created:
-            out.rmdir()
+        if held.created and held.created_from is not None:
+            folder = out
+            while True:            # the folder, and the parents made for it, if they are empty
+                folder.rmdir()
+                if folder == held.created_from:
+                    break
+                folder = folder.parent
     except (OSError, StoreError):
         pass    # the error being raised says what went wrong; leftovers are ours and the next writer's
 

@@ -43,6 +43,7 @@ class WriterLock:
         self.wait = wait
         self.create = create
         self.created = False
+        self.created_from: Path | None = None   # the topmost folder this lock created (parents included)
         self.fd: int | None = None
 
     def __enter__(self) -> "WriterLock":
@@ -72,9 +73,12 @@ class WriterLock:
 
     def _open(self) -> int:
         if self.create and not self.store.is_dir():
+            top = self.store
+            while not top.parent.exists() and top.parent != top:
+                top = top.parent
             try:
                 os.makedirs(self.store)
-                self.created = True
+                self.created, self.created_from = True, top
             except FileExistsError:
                 pass
             except OSError as exc:

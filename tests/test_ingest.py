@@ -249,7 +249,11 @@ def test_a_failed_first_ingest_leaves_no_folder(tmp_path):
     write(tmp_path / "bad.csv", "date,close\n2024-01-02,1\n2024-01-03,x\n")
     with pytest.raises(InputError, match="line 3: column 'close': non-numeric value 'x'"):
         ingest([tmp_path / "bad.csv"], tmp_path / "new" / "s")
-    assert not (tmp_path / "new" / "s").exists()
+    assert not (tmp_path / "new").exists()                 # nor the parent it made for it
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(InputError):
+        ingest([tmp_path / "bad.csv"], tmp_path / "kept" / "s")
+    assert list((tmp_path / "kept").iterdir()) == []
 
 
 def test_two_ingests_into_one_place_cannot_both_win(real, tmp_path):
