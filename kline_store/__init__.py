@@ -13,10 +13,10 @@ from .store import Store, open_store, verify_store
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ingest": ("kline_store.convert", "ingest"),
+    "ingest": ("kline_store.ingestion", "ingest"),
     "append": ("kline_store.update", "append"),
     "export": ("kline_store.exporter", "export"),
-    "gc": ("kline_store.store", "gc"),
+    "gc": ("kline_store.writer", "gc"),
     "KlineDataset": ("kline_store.dataset", "KlineDataset"),
     "CrossSectionDataset": ("kline_store.cross_section", "CrossSectionDataset"),
     "make_splits": ("kline_store.splits", "make_splits"),

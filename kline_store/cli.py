@@ -15,8 +15,16 @@ import click
 from .errors import KlineStoreError
 
 
+MAX_LINE = 600   # an error is one line a person reads: anything longer is cut (the cause is said first)
+
+
+def _cap(msg: str) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= MAX_LINE else msg[: MAX_LINE - 5] + " ..."
+
+
 def _fail(msg: str, code: int = 1) -> None:
-    click.echo(f"kline-store: error: {msg}", err=True)
+    click.echo(f"kline-store: error: {_cap(msg)}", err=True)
     sys.exit(code)
 
 
@@ -38,7 +46,7 @@ def cli() -> None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
 def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait, quiet) -> None:
     """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
-    from .convert import ingest as run
+    from .ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern)
     if not quiet:
@@ -68,7 +76,7 @@ def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def info(store, as_json) -> None:
     """Shape, fields, symbols and date range of STORE."""
-    from .store import open_store
+    from .snapshot import open_store
     with open_store(store, verify=False) as st:
         d = st.info()
     if as_json:
@@ -88,16 +96,16 @@ def info(store, as_json) -> None:
 @cli.command()
 @click.argument("store")
 def verify(store) -> None:
-    """Check sizes and checksums of STORE; non-zero exit naming the damaged file."""
-    from .store import verify_store
-    problems = verify_store(store)
-    if problems:
-        for p in problems[:20]:
-            click.echo(f"kline-store: damaged: {p}", err=True)
-        if len(problems) > 20:
-            click.echo(f"kline-store: ... and {len(problems) - 20} more", err=True)
+    """Check the manifest, sizes and checksums of STORE; non-zero exit naming the damaged file."""
+    from .snapshot import verify as run
+    found = run(store)
+    if found.problems:
+        for p in found.problems[:20]:
+            click.echo(f"kline-store: damaged: {_cap(p)}", err=True)
+        if len(found.problems) > 20:
+            click.echo(f"kline-store: ... and {len(found.problems) - 20} more", err=True)
         sys.exit(1)
-    click.echo(f"{store}: ok")
+    click.echo(f"{store}: ok" + "".join(f" ({n})" for n in found.notes))
 
 
 @cli.command()
@@ -114,7 +122,7 @@ def export(store, out) -> None:
 @click.argument("store")
 def gc(store) -> None:
     """Delete old data files and versions that no reader uses."""
-    from .store import gc as run
+    from .writer import gc as run
     removed = run(store)
     click.echo(f"removed {len(removed)} file(s)" + (": " + ", ".join(removed) if removed else ""))
 

@@ -98,7 +98,19 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
     return out
 
 
+def short(value: object, limit: int = 40) -> str:
+    """A cell for a message: its repr, cut to ``limit`` characters (an error line stays one short line)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+def preview(names: list[str], limit: int = 8) -> str:
+    """The first ``limit`` names, then how many more: "a, b, c, ... (1,203 in all)"."""
+    shown = ", ".join(short(n, 30)[1:-1] if isinstance(n, str) else short(n, 30) for n in names[:limit])
+    return shown + (f", ... ({len(names):,} in all)" if len(names) > limit else "")
+
+
 def describe_missing(kind: str, columns: list[str], source: str) -> str:
-    found = ", ".join(columns) if columns else "(none)"
+    found = preview(columns) if columns else "(none)"
     return (f"{source}: no {kind} column; columns found: {found}; accepted {kind} names: "
             f"{', '.join(ACCEPTED[kind])} (or pass --map COLUMN={kind})")

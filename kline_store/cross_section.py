@@ -17,7 +17,7 @@ import torch
 from . import windows as W
 from .collate import GatheredBatch
 from .dataset import KlineDataset, position
-from .dates import DateLike
+from .ranges import DateLike
 from .errors import InputError
 from .loader import KlineLoader
 from .store import Store

@@ -34,7 +34,7 @@ import torch
 from . import windows as W
 from .buffers import Layout
 from .collate import GatheredBatch
-from .dates import DateLike
+from .ranges import DateLike
 from .errors import InputError
 from .gather import Batch, Gatherer, sample_layout
 from .loader import KlineLoader

@@ -1,116 +1,124 @@
-"""Date arguments and calendar bounds: ``start``/``end`` of a dataset and consecutive, embargoed splits.
+"""Date cells -> calendar days: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
 
-Pure functions over the store's sorted trading calendar (``datetime64[D]``); no store, no torch.
+Long files repeat each date once per symbol, so only the distinct values are parsed. Dates outside
+1800-01-01..2200-12-31 are errors: such a value is a placeholder or a typo, and a calendar stretched to it
+would reserve room for centuries of days.
 """
 
 from __future__ import annotations
 
-import datetime as _dt
-import itertools
-from collections.abc import Sequence
+from pathlib import Path
+from typing import Callable
 
 import numpy as np
+import polars as pl
 
+from . import columns as C
 from .errors import InputError
 
-DateLike = str | np.datetime64 | _dt.date | None
+FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
+EXPECTED = "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD"
+
+Line = Callable[[int], str]   # index of a value in the column -> "line N" (see inputs.location)
 
 
-def to_day(value: DateLike, what: str) -> np.datetime64 | None:
-    """A date argument as ``datetime64[D]`` (None stays None); InputError names the argument when unparsable."""
-    if value is None:
-        return None
-    try:
-        if isinstance(value, _dt.datetime):
-            value = value.date()
-        if hasattr(value, "to_datetime64"):  # pandas.Timestamp without importing pandas
-            value = value.to_datetime64()
-        day = np.datetime64(value, "D")
-    except (ValueError, TypeError):
-        raise InputError(f"{what}={value!r}: not a date; use 'YYYY-MM-DD', datetime.date or numpy.datetime64")\
-            from None
-    if np.isnat(day):
-        raise InputError(f"{what}={value!r}: not a date")
-    return day
-
-
-def date_bounds(dates: np.ndarray, start: DateLike = None, end: DateLike = None) -> tuple[int, int]:
-    """Calendar-index bounds of a date range.
+def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """Parse a date column; raise InputError naming the file, line, column and value of the first bad date.
 
     Args:
-        dates: the sorted trading calendar (datetime64[D]).
-        start: first allowed date of ``t`` (None: the calendar's start).
-        end: last allowed date of a label (None: the calendar's end).
-
-    Returns:
-        ``(lo, hi)``: ``t >= lo`` and label day ``<= hi``. ``lo > hi`` when the range holds no day.
+        raw: the column as read (strings, integers or temporal values).
+        path: the file, for messages.
+        column: the column's name in the file.
+        line: where the i-th value of ``raw`` is.
     """
-    s, e = to_day(start, "start"), to_day(end, "end")
-    lo = 0 if s is None else int(np.searchsorted(dates, s, side="left"))
-    hi = len(dates) - 1 if e is None else int(np.searchsorted(dates, e, side="right")) - 1
-    return lo, hi
+    if raw.dtype.is_integer() and not raw.null_count():
+        out = _yyyymmdd(raw, path, column, line)
+    else:
+        uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: name the earliest line
+        parsed = _parse_unique(uniq, raw, path, column, line)
+        _check_range(parsed, uniq, raw, path, column, line)
+        out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
+        if out.null_count():
+            raise InputError(f"{path}: {line(out.is_null().arg_max())}: missing date in column {column!r}")
+    return out.alias("date")
 
 
-def split_bounds(dates: np.ndarray, ranges: Sequence[tuple[DateLike, DateLike] | None], embargo: int,
-                 names: Sequence[str] | None = None) -> list[tuple[int, int] | None]:
-    """Calendar bounds of consecutive splits (train, valid, test, ...) with an embargo gap between them.
+def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path, column: str, line: Line) -> None:
+    days = parsed.cast(pl.Int32).to_numpy()
+    lo, hi = int(FIRST_DAY.astype(np.int64)), int(LAST_DAY.astype(np.int64))
+    out = (days < lo) | (days > hi)
+    if out.any():
+        j = int(np.flatnonzero(out)[0])
+        i = (raw == uniq[j]).arg_max()
+        raise InputError(f"{path}: {line(i)}: date {parsed[j]} ({uniq[j]!r}) in column {column!r} is outside "
+                         f"{FIRST_DAY}..{LAST_DAY}")
 
-    Each split is ``(start, end)`` with the meaning of :func:`date_bounds`: ``t >= start`` and label day ``<= end``.
-    The embargo is made by purging the earlier split: its last label day becomes at most ``embargo`` trading
-    days before the next split's first ``t`` (so ``("2020-01-01", "2022-12-31"), ("2023-01-01", None)`` works as
-    written). A missing ``end`` (None) reaches up to that limit; a missing ``start`` after the first split begins
-    the day after the previous split's ``end`` plus the embargo. ``None`` instead of a pair skips that split.
 
-    Args:
-        dates: the trading calendar.
-        ranges: one ``(start, end)`` per split, in time order.
-        embargo: trading days that must lie strictly between a split's last label day and the next split's
-            first ``t``.
-        names: split names for error messages.
+def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """YYYYMMDD integers -> dates (tushare's trade_date); rejects 20240230 and years outside 1800..2200.
 
-    Returns:
-        ``(lo, hi)`` per split (None where the split was None).
-
-    Raises:
-        InputError: overlapping or unordered splits, or a split with nothing left after the embargo.
+    Converts the distinct values only, then gathers through a lookup table indexed by value.
     """
-    names = list(names or [f"split {i}" for i in range(len(ranges))])
-    raw: list[list[int | None] | None] = []
-    for r in ranges:
-        if r is None:
-            raw.append(None)
-            continue
-        s, e = r
-        lo = None if s is None else date_bounds(dates, s, None)[0]
-        hi = None if e is None else date_bounds(dates, None, e)[1]
-        raw.append([lo, hi])
-    present = [i for i, r in enumerate(raw) if r is not None]
-    for a, b in itertools.pairwise(present):
-        ra, rb = raw[a], raw[b]
-        assert ra is not None and rb is not None
-        if rb[0] is None:
-            if ra[1] is None:
-                raise InputError(f"{names[a]} has no end and {names[b]} has no start: give one of them")
-            rb[0] = ra[1] + embargo + 1
-        elif ra[1] is not None and ra[1] >= rb[0]:
-            raise InputError(f"{names[a]} (labels up to {day_name(dates, ra[1])}) overlaps {names[b]} (from "
-                             f"{day_name(dates, rb[0])}): give the splits in time order without overlap")
-        limit = rb[0] - embargo - 1
-        ra[1] = limit if ra[1] is None else min(ra[1], limit)
-        if ra[0] is not None and ra[1] < ra[0]:
-            raise InputError(f"{names[a]} holds no day once the {embargo}-day embargo before {names[b]} "
-                             f"({day_name(dates, rb[0])}) is taken out")
-    out: list[tuple[int, int] | None] = []
-    for r in raw:
-        if r is None:
-            out.append(None)
-        else:
-            out.append((0 if r[0] is None else r[0], len(dates) - 1 if r[1] is None else r[1]))
+    v = raw.to_numpy().astype(np.int64)
+    uniq = raw.unique().to_numpy().astype(np.int64)
+    y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
+    months = (y - 1970) * 12 + (m - 1)
+    days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
+    back = days.astype("datetime64[M]").astype(np.int64)
+    bad = (m < 1) | (m > 12) | (d < 1) | (back != months) | (y < 1800) | (y > 2200)
+    if bad.any():
+        value = int(uniq[np.flatnonzero(bad)[0]])
+        i = int(np.flatnonzero(v == value)[0])
+        raise InputError(f"{path}: {line(i)}: unparseable date {value} in column {column!r} "
+                         f"(expected YYYYMMDD, years 1800..2200)")
+    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231
+    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
+    table[uniq - lo] = days
+    return pl.Series("date", table[v - lo])
+
+
+def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: Line) -> pl.Series:
+    dt = uniq.dtype
+
+    def fail(value: object, expected: str) -> InputError:
+        i = (raw == value).arg_max()
+        return InputError(f"{path}: {line(i)}: unparseable date {C.short(value)} in column {name!r} "
+                          f"({expected})")
+
+    if dt == pl.Date:
+        return uniq
+    if isinstance(dt, pl.Datetime) and dt.time_zone:
+        return uniq.dt.replace_time_zone(None).dt.date()   # the local trading date, not the UTC one
+    if dt.is_temporal():
+        return uniq.cast(pl.Datetime).dt.date()
+    if dt.is_integer() or dt.is_float():
+        text = uniq.cast(pl.Int64, strict=False).cast(pl.String)
+        out = text.str.to_date("%Y%m%d", strict=False)
+        if out.null_count():
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD")
+        return out
+    if dt not in (pl.String, pl.Categorical) and not isinstance(dt, pl.Enum):
+        raise InputError(f"{path}: date column {name!r} has type {dt}; expected dates, text or YYYYMMDD numbers")
+    text = uniq.cast(pl.String).str.strip_chars()
+    if text.str.contains(r"[\sT]\d").any():
+        # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
+        text = text.str.extract(r"^([^\sT]+)", 1)
+    if text.len() == 0:
+        raise InputError(f"{path}: date column {name!r} is empty")
+    sample = text.head(1000)
+    fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
+    if fmt is None:
+        # No single format fits: name a value no format reads, or two values in different formats.
+        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in C.DATE_FORMATS}
+        for i in range(sample.len()):
+            if not any(fits[f][i] for f in fits):
+                raise fail(uniq[i], EXPECTED)
+        first = next(f for f in C.DATE_FORMATS if fits[f][0])
+        j = int((~fits[first]).arg_max())
+        a, b = uniq[0], uniq[j]
+        raise InputError(f"{path}: mixed date formats in column {name!r}: {a!r} ({line((raw == a).arg_max())})"
+                         f" and {b!r} ({line((raw == b).arg_max())}); use one format per file")
+    out = text.str.to_date(fmt, strict=False)
+    if out.null_count():
+        raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
     return out
-
-
-def day_name(dates: np.ndarray, i: int) -> str:
-    """The date at calendar index ``i``, or where ``i`` falls outside the calendar."""
-    if 0 <= i < len(dates):
-        return str(dates[i])
-    return "before the calendar" if i < 0 else "after the calendar"

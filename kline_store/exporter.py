@@ -9,7 +9,7 @@ import numpy as np
 import polars as pl
 
 from .errors import InputError
-from .store import open_store
+from .snapshot import open_store
 
 
 def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFrame:
@@ -32,18 +32,25 @@ def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFr
 
 
 def export(path: str | os.PathLike, out: str | os.PathLike) -> int:
-    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv); returns the number of rows."""
+    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows."""
     out = Path(out)
+    suffix = out.suffix.lower()
+    if suffix not in (".parquet", ".pq", ".csv"):
+        raise InputError(f"{out}: unknown export format (use .parquet or .csv)")
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
     df = to_frame(path)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    suffix = out.suffix.lower()
-    if suffix in (".parquet", ".pq"):
-        df.write_parquet(tmp)
-    elif suffix == ".csv":
-        df.write_csv(tmp)
-    else:
-        raise InputError(f"{out}: unknown export format (use .parquet or .csv)")
-    os.replace(tmp, out)
+    try:
+        if suffix == ".csv":
+            df.write_csv(tmp)
+        else:
+            df.write_parquet(tmp)
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return df.height

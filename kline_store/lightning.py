@@ -19,7 +19,7 @@ from typing import Any
 import lightning.pytorch as lp
 import torch
 
-from .dates import DateLike
+from .ranges import DateLike
 from .errors import InputError
 from .loader import KlineLoader
 from .splits import Splits, make_splits

@@ -1,13 +1,14 @@
-"""Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into a normalised polars frame.
+"""Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into normalised polars frames.
 
-Output columns: ``symbol`` (str), ``date`` (pl.Date), ``_row`` (0-based data row, for messages), and one
-Float64 column per canonical field. Numeric cells are parsed by polars' CSV reader (fast path); only when that
-fails do we re-read as text to name the exact line, column and value.
+Output columns: ``_row`` (0-based data row, for messages), ``symbol`` (str), ``date`` (pl.Date), and one
+Float32 column per canonical field (plus Yahoo's derived ``adj_factor``, see adjust.py). A CSV is checked
+whole before it is parsed: its encoding (textscan.detect_encoding) and the field count of every line
+(textscan.check_lines). Numeric cells are parsed by polars' CSV reader (fast path); only when that fails is
+the file re-read as text to name the exact line, column and value.
 """
 
 from __future__ import annotations
 
-import glob as _glob
 import io
 import os
 import re
@@ -18,74 +19,14 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from . import columns as C
+from . import adjust, columns as C, textscan
+from .dates import parse_dates
 from .errors import InputError
+from .inputs import is_parquet, location, symbol_from_name
 
-CSV_SUFFIXES = (".csv", ".txt", ".tsv")
-PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
-    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
-    if not inputs:
-        raise InputError("no input given")
-    files: list[Path] = []
-    for item in inputs:
-        s = str(item)
-        p = Path(s)
-        if p.is_dir():
-            found = sorted(f for f in p.rglob("*") if f.is_file() and _is_data_file(f))
-            if not found:
-                raise InputError(f"{p}: folder holds no .csv or .parquet file")
-            files.extend(found)
-        elif p.is_file():
-            files.append(p)
-        elif any(ch in s for ch in "*?["):
-            found = []
-            for m in sorted(_glob.glob(s, recursive=True)):
-                mp = Path(m)
-                if mp.is_dir():
-                    found.extend(sorted(f for f in mp.rglob("*") if f.is_file() and _is_data_file(f)))
-                elif mp.is_file():
-                    found.append(mp)
-            if not found:
-                raise InputError(f"{s}: pattern matches no file")
-            files.extend(found)
-        else:
-            raise InputError(f"{s}: no such file or folder")
-    seen: set[Path] = set()
-    out = []
-    for f in files:
-        r = f.resolve()
-        if r not in seen:
-            seen.add(r)
-            out.append(f)
-    return out
-
-
-def _is_data_file(p: Path) -> bool:
-    name = p.name.lower()
-    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
-
-
-def symbol_from_name(p: Path, pattern: str | None = None) -> str:
-    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
-    what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
-    name = p.name
-    for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
-        if name.lower().endswith(suffix):
-            name = name[: -len(suffix)]
-            break
-    if pattern:
-        m = re.search(pattern, name)
-        if m is None:
-            raise InputError(f"{p}: --symbol-pattern {pattern!r} does not match the file name {name!r}")
-        return m.group(1) if m.groups() else m.group(0)
-    return name
-
-
-def is_parquet(p: Path) -> bool:
-    return p.name.lower().endswith(PARQUET_SUFFIXES)
+CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
+WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
+MAX_HEADER = 16 << 20    # a header line longer than this is not a header
 
 
 @dataclass
@@ -114,24 +55,14 @@ class Source:
     def value_columns(self) -> dict[str, str]:
         return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date")}
 
+    @property
+    def fields(self) -> list[str]:
+        """The canonical fields this file's frames carry (Yahoo's derived factor included)."""
+        canon = list(self.value_columns.values())
+        return canon + [adjust.FACTOR] if adjust.derives_factor(canon) else canon
 
-def _detect_encoding(path: Path) -> tuple[str, bytes | None]:
-    """UTF-8 if the file decodes as such, else GB18030 (a superset of GBK); returns re-encoded bytes then."""
-    with open(path, "rb") as fh:
-        head = fh.read(1 << 16)
-    if head.startswith(b"\xef\xbb\xbf"):
-        return "utf-8-sig", None
-    try:
-        # Cut at the last newline so a multi-byte character split by the read does not count as invalid.
-        head.rsplit(b"\n", 1)[0].decode("utf-8") if len(head) == 1 << 16 else head.decode("utf-8")
-        return "utf-8", None
-    except UnicodeDecodeError:
-        pass
-    raw = path.read_bytes()
-    try:
-        return "gb18030", raw.decode("gb18030").encode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: neither UTF-8 nor GBK/GB18030 text (byte {exc.start})") from None
+    def where(self, row: int) -> str:
+        return f"{self.path}: {location(self.path, row)}"
 
 
 def _sniff_separator(first_line: str) -> str:
@@ -142,16 +73,17 @@ def _sniff_separator(first_line: str) -> str:
 def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None
                    ) -> Source:
     """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
+    schema: dict[str, pl.DataType] = {}
     try:
         if is_parquet(path):
-            cols = list(pl.read_parquet_schema(path).keys())
+            schema = dict(pl.read_parquet_schema(path))
+            cols = list(schema)
             enc, data, sep = "parquet", None, ","
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
-            enc, data = _detect_encoding(path)
-            text = data[:4096].decode("utf-8", "replace") if data is not None else \
-                open(path, "rb").read(4096).decode("utf-8", "replace")
+            enc, data = textscan.detect_encoding(path)
+            text = _first_line(path, data).decode("utf-8", "replace")
             first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
             if not first.strip():
                 raise InputError(f"{path}: file is empty")
@@ -170,10 +102,15 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
         raise InputError(C.describe_missing("close", cols, str(path)))
-    src.head = _head(src)
-    dropped = _text_extras(src, set(user_map or {}))
+    forced = set(user_map or {})
+    dropped = _unusable_types(src, schema, forced) if schema else []
     for col in dropped:
         del mapping[col]
+    src.head = _head(src)
+    text = _text_extras(src, forced)
+    for col in text:
+        del mapping[col]
+    dropped += text
     # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
     for c in [c for c in cols if re.search(r"_duplicated_\d+$", c) and c in mapping]:
         del mapping[c]   # polars' name for a repeated header ("close,close"): the first one is the field
@@ -181,6 +118,44 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                 and not C.normalise(c).startswith("unnamed") and C.normalise(c) != "index" and c not in dropped]
     src.dropped = dropped + shadowed
     return src
+
+
+def _first_line(path: Path, data: bytes | None) -> bytes:
+    """The header line's bytes, however long (a wide pandas export can have thousands of columns)."""
+    if data is not None:
+        end = data.find(b"\n")
+        return data if end < 0 else data[:end]
+    out = b""
+    with open(path, "rb") as fh:
+        while b"\n" not in out:
+            block = fh.read(1 << 16)
+            if not block:
+                break
+            out += block
+            if len(out) > MAX_HEADER:
+                raise InputError(f"{path}: no line end in the first {MAX_HEADER >> 20} MiB: not a CSV file")
+    return out.split(b"\n", 1)[0]
+
+
+def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str]) -> list[str]:
+    """Parquet columns whose type cannot hold their field: an error for the fields kline-store needs (and
+    for columns named in --map), left out (and reported) for extra columns."""
+    out = []
+    for s, d in src.mapping.items():
+        dt = schema[s]
+        if d == "symbol":
+            ok = dt.is_integer() or dt in (pl.String, pl.Categorical) or isinstance(dt, pl.Enum)
+        elif d == "date":
+            ok = dt.is_temporal() or dt.is_integer() or dt.is_float() or dt == pl.String
+        else:
+            ok = dt.is_numeric() or dt in (pl.String, pl.Null)
+        if ok:
+            continue
+        if d in ("symbol", "date") or d in C.BASE_FIELDS or s in forced:
+            raise InputError(f"{src.path}: column {s!r} has type {dt}; {d} needs "
+                             f"{'text' if d == 'symbol' else 'dates' if d == 'date' else 'numbers'}")
+        out.append(s)
+    return out
 
 
 def _head(src: Source) -> pl.DataFrame | None:
@@ -231,7 +206,7 @@ def _text_extras(src: Source, forced: set[str]) -> list[str]:
 
 
 def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:300]
+    return " ".join(str(exc).split())[:200]
 
 
 def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes | None = None,
@@ -263,13 +238,10 @@ def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
     for s, d in src.value_columns.items():
         e = pl.col(s)
         if text_only:
-            e = e.str.strip_chars()
-        out.append(e.cast(pl.Float64, strict=False).alias(d) if text_only else e.cast(pl.Float64).alias(d))
+            # Text cells are stripped and read leniently (the text path has named any bad cell already).
+            e = e.cast(pl.String).str.strip_chars().cast(pl.Float64, strict=False)
+        out.append(e.cast(pl.Float64).alias(d))
     return out
-
-
-CHUNK_BYTES = 64 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
-WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
 
 
 def read_source(src: Source) -> pl.DataFrame:
@@ -290,14 +262,16 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)
-    canon = list(src.value_columns.values())
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
     n = 0
     try:
         for piece in _pieces(src, chunk_bytes):
-            df = finish_values(_scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n)
-                               .select(*keep, *_float_exprs(src, text_only=False)), canon).collect()
+            # Every column parsed, no projection: polars then rejects a line with more fields than the header
+            # (textscan's count relies on it); the select runs on the frame in memory.
+            parsed = _scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n).collect()
             del piece
+            df = finish_values(parsed.lazy().select(*keep, *_float_exprs(src, text_only=False)), src).collect()
+            del parsed
             if df.height:
                 n += df.height
                 yield _finish_chunk(df, src)
@@ -305,7 +279,10 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
         if n:
             raise _explain_or_generic(src) from None
         text = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
-        df = finish_values(text.lazy().select(*keep, *_float_exprs(src, text_only=True)), canon).collect()
+        try:
+            df = finish_values(text.lazy().select(*keep, *_float_exprs(src, text_only=True)), src).collect()
+        except pl.exceptions.PolarsError as exc:
+            raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
         n = df.height
         if n:
             yield _finish_chunk(df, src)
@@ -316,22 +293,32 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
 
 
 def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
-    """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each.
+    """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each, each piece's
+    field counts checked before it is handed out (textscan.check_lines).
 
-    Yields None once for Parquet and files up to WHOLE_FILE: polars reads those whole.
+    Yields None once for Parquet and for files up to WHOLE_FILE: polars reads those whole.
     """
+    if is_parquet(src.path):
+        yield None
+        return
+    n_fields = len(src.columns)
     size = len(src.data) if src.data is not None else os.path.getsize(src.path)
-    if is_parquet(src.path) or size <= max(chunk_bytes, WHOLE_FILE):
+    if size <= max(chunk_bytes, WHOLE_FILE):
+        buf = src.data if src.data is not None else textscan.map_file(src.path)
+        textscan.check_lines(buf, src.separator, n_fields, src.path)
+        del buf
         yield src.data
         return
     with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
         header = fh.readline()
+        line = 2
         carry = b""
         while True:
             block = fh.read(chunk_bytes)
             data = memoryview(carry + block if carry else block)
             if not block:
                 if len(data):
+                    textscan.check_lines(data, src.separator, n_fields, src.path, line)
                     yield b"".join((header, data))
                 return
             cut = bytes(data[-65536:]).rfind(b"\n")
@@ -340,6 +327,7 @@ def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
                 continue
             cut += len(data) - min(len(data), 65536) + 1
             carry = bytes(data[cut:])
+            line += textscan.check_lines(data[:cut], src.separator, n_fields, src.path, line)
             yield b"".join((header, data[:cut]))   # the one copy of each piece
 
 
@@ -352,7 +340,7 @@ def _explain_or_generic(src: Source) -> InputError:
 
 
 def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
-    values = list(src.value_columns.values())
+    values = src.fields
     # Blank lines (a trailing empty line from a spreadsheet): every cell empty -> no row at all.
     blank = pl.all_horizontal([pl.col("_date_raw").is_null(), *[pl.col(c).is_null() for c in values]])
     if src.symbol_column:
@@ -366,22 +354,20 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         empty = df["symbol"].is_null() | (df["symbol"] == "")
         if empty.any():
             i = empty.arg_max()
-            raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: empty symbol in column "
-                             f"{src.symbol_column!r}")
+            raise InputError(f"{src.where(df['_row'][i])}: empty symbol in column {src.symbol_column!r}")
     for c in values if flags["inf"] else ():
         inf = df[c].is_infinite()
         if inf.any():
             i = inf.arg_max()
-            raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: column {c!r}: infinite value")
-    return df.with_columns(parse_dates(df["_date_raw"], src, df["_row"])).drop("_date_raw")
+            raise InputError(f"{src.where(df['_row'][i])}: column {c!r}: infinite value")
+    rows = df["_row"]
+    dates = parse_dates(df["_date_raw"], src.path, src.date_column, lambda i: location(src.path, rows[int(i)]))
+    return df.with_columns(dates).drop("_date_raw")
 
 
-def finish_values(lf: pl.LazyFrame, canon: list[str]) -> pl.LazyFrame:
+def finish_values(lf: pl.LazyFrame, src: Source) -> pl.LazyFrame:
     """Add Yahoo's factor (adj_close / close, in float64) and cast every value to float32 as stored."""
-    if "adj_close" in canon and "close" in canon and "adj_factor" not in canon:
-        lf = lf.with_columns(pl.when(pl.col("close") > 0).then(pl.col("adj_close") / pl.col("close"))
-                             .alias("adj_factor"))
-        canon = canon + ["adj_factor"]
+    lf, canon = adjust.with_input_factor(lf, list(src.value_columns.values()))
     # A NaN cell is a missing value, like an empty one ("NaN" text, or pandas' NaN in Parquet).
     return lf.with_columns([pl.col(c).fill_nan(None).cast(pl.Float32) for c in canon])
 
@@ -391,14 +377,9 @@ def sniff_date_format(src: Source) -> str | None:
     if is_parquet(src.path) or src.head is None:
         return None
     col = src.head[src.date_column].cast(pl.String).drop_nulls().str.strip_chars()
-    if col.len() and col.str.contains(r"^(19|20)\d{6}$").all():
+    if col.len() and col.str.contains(r"^(18|19|20|21|22)\d{6}$").all():
         return "yyyymmdd-int"
     return None
-
-
-def _line(src: Source, row: int) -> str:
-    """Where a data row is, in the file's own terms: "line N" of a CSV (header is line 1), "row N" of Parquet."""
-    return f"line {int(row) + 2}" if not is_parquet(src.path) else f"row {int(row) + 1}"
 
 
 def _explain_bad_value(src: Source) -> pl.DataFrame:
@@ -406,121 +387,17 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
     try:
         df = _scan(src, text_only=True).collect()
     except pl.exceptions.PolarsError as exc:
-        raise _ragged_line(src) or InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
-    for s, d in src.value_columns.items():
+        if not is_parquet(src.path):        # most likely a line with more fields: name it
+            textscan.exact_lines(np.frombuffer(src.data, np.uint8) if src.data is not None
+                                 else textscan.map_file(src.path), src.separator, len(src.columns), src.path)
+        raise InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
+    for s in src.value_columns:
         col = df[s]
         if col.dtype == pl.String:
             parsed = col.str.strip_chars().cast(pl.Float64, strict=False)
             bad = parsed.is_null() & col.is_not_null()
             if bad.any():
                 i = bad.arg_max()
-                raise InputError(f"{src.path}: {_line(src, df['_row'][i])}: column {s!r}: "
-                                 f"non-numeric value {col[i]!r}")
+                raise InputError(f"{src.where(df['_row'][i])}: column {C.short(s)}: non-numeric value "
+                                 f"{C.short(col[i])}")
     return df
-
-
-def _ragged_line(src: Source) -> InputError | None:
-    """The first line whose number of fields differs from the header's (error path only: reads the file)."""
-    if is_parquet(src.path):
-        return None
-    import csv
-    text = src.data.decode("utf-8") if src.data is not None else \
-        src.path.read_text(encoding="utf-8-sig", errors="replace")
-    rows = csv.reader(io.StringIO(text), delimiter=src.separator)
-    width = len(next(rows, []))
-    for n, row in enumerate(rows, start=2):
-        if row and len(row) != width:
-            return InputError(f"{src.path}: line {n}: {len(row)} fields, the header has {width} "
-                              f"(an unquoted thousands separator, or a cut line?)")
-    return None
-
-
-def parse_dates(raw: pl.Series, src: Source, rows: pl.Series | None = None) -> pl.Series:
-    """Dates in any accepted form -> pl.Date: YYYYMMDD integers, ISO, with a time of day, M/D/YYYY, ...
-
-    Long files repeat each date once per symbol, so only the distinct values are parsed. ``rows`` gives
-    each value's data row (for messages) when ``raw`` is a chunk of a file.
-    """
-    def line(i: int) -> str:
-        return _line(src, rows[i] if rows is not None else i)
-
-    if raw.dtype.is_integer() and not raw.null_count():
-        return _yyyymmdd(raw, src, line)
-    uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: messages name the earliest line
-    parsed = _parse_unique_dates(uniq, raw, src, line)
-    out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
-    if out.null_count():
-        raise InputError(f"{src.path}: {line(out.is_null().arg_max())}: missing date in column "
-                         f"{src.date_column!r}")
-    return out.alias("date")
-
-
-def _yyyymmdd(raw: pl.Series, src: Source, line) -> pl.Series:
-    """YYYYMMDD integers -> dates (tushare's trade_date); rejects 20240230 and the like.
-
-    Converts the distinct values only, then gathers through a lookup table indexed by value.
-    """
-    v = raw.to_numpy().astype(np.int64)
-    lo, hi = int(v.min()), int(v.max())
-    uniq = raw.unique().to_numpy().astype(np.int64)
-    y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
-    months = (y - 1970) * 12 + (m - 1)
-    days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
-    back = days.astype("datetime64[M]").astype(np.int64)
-    bad = (m < 1) | (m > 12) | (d < 1) | (back != months) | (y < 1800) | (y > 2200)
-    if bad.any():
-        value = int(uniq[np.flatnonzero(bad)[0]])
-        i = int(np.flatnonzero(v == value)[0])
-        raise InputError(f"{src.path}: {line(i)}: unparseable date {value} in column "
-                         f"{src.date_column!r} (expected YYYYMMDD)")
-    if hi - lo > 50_000_000:   # cannot happen once validated (1800..2200), but keep the table bounded
-        return raw.replace_strict(pl.Series(uniq), pl.Series(days), return_dtype=pl.Date).alias("date")
-    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
-    table[uniq - lo] = days
-    return pl.Series("date", table[v - lo])
-
-
-def _parse_unique_dates(uniq: pl.Series, raw: pl.Series, src: Source, line) -> pl.Series:
-    name = src.date_column
-    dt = uniq.dtype
-
-    def fail(value: object, expected: str) -> InputError:
-        i = (raw == value).arg_max()
-        return InputError(f"{src.path}: {line(i)}: unparseable date {value!r} in column {name!r} "
-                          f"({expected})")
-
-    if dt == pl.Date:
-        return uniq
-    if isinstance(dt, pl.Datetime) and dt.time_zone:
-        return uniq.dt.replace_time_zone(None).dt.date()   # the local trading date, not the UTC one
-    if dt.is_temporal():
-        return uniq.cast(pl.Datetime).dt.date()
-    if dt.is_integer() or dt.is_float():
-        text = uniq.cast(pl.Int64, strict=False).cast(pl.String)
-        out = text.str.to_date("%Y%m%d", strict=False)
-        if out.null_count():
-            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD")
-        return out
-    text = uniq.cast(pl.String).str.strip_chars()
-    if text.str.contains(r"[\sT]\d").any():
-        # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
-        text = text.str.extract(r"^([^\sT]+)", 1)
-    if text.len() == 0:
-        raise InputError(f"{src.path}: date column {name!r} is empty")
-    sample = text.head(1000)
-    fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
-    if fmt is None:
-        # No single format fits: name a value no format reads, or two values in different formats.
-        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in C.DATE_FORMATS}
-        for i, v in enumerate(sample):
-            if not any(fits[f][i] for f in fits):
-                raise fail(uniq[i], "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD")
-        first = next(f for f in C.DATE_FORMATS if fits[f][0])
-        j = int((~fits[first]).arg_max())
-        a, b = uniq[0], uniq[j]
-        raise InputError(f"{src.path}: mixed date formats in column {name!r}: {a!r} ({line((raw == a).arg_max())})"
-                         f" and {b!r} ({line((raw == b).arg_max())}); use one format per file")
-    out = text.str.to_date(fmt, strict=False)
-    if out.null_count():
-        raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
-    return out

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from .dates import DateLike, date_bounds, to_day
+from .ranges import DateLike, date_bounds, to_day
 from .errors import InputError
 
 # Field roles by canonical name. Prices are multiplied by the adjustment ratio and divided by the last close under

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 
 from .cross_section import CrossSectionDataset
 from .dataset import KlineDataset
-from .dates import DateLike, split_bounds
+from .ranges import DateLike, split_bounds
 from .errors import InputError
 from .store import Store, open_store
 

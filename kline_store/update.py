@@ -4,10 +4,12 @@ Two ways to write, chosen per append:
 
 * **tail** (the daily case, cost proportional to the new data): new days land in the reserved room after each
   symbol row, new symbols become new rows at the end of the file, and row checksums are extended
-  incrementally. No byte that any committed version can see is modified, so open readers keep their snapshot
-  and a killed append leaves the previous version intact.
+  incrementally. The bytes are reserved first and written with pwrite (never through a mapping), so a full
+  disk is an error before anything is written. No byte that any committed version can see is modified, so
+  open readers keep their snapshot and a killed append leaves the previous version intact.
 * **rewrite** (history changes): revised cells, dates inserted inside or before the calendar, new fields or
-  exhausted capacity write a new generation file (copy-on-write), then swap the manifest.
+  exhausted capacity write a new generation file (copy-on-write), a block of rows at a time, then swap the
+  manifest.
 
 Alignment is always by calendar date, never by a symbol's own row order: a symbol suspended on a new day gets
 NaN on exactly that day. Symbols keep their row for life (new listings are added at the end), so symbol
@@ -24,10 +26,11 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, lock, manifest as mf, store as S
-from .convert import EPOCH, Bars, IngestReport, factor_state_list, fill_event_factor, read_bars, scatter
-
-EVENT_FACTOR = "events"
+from . import adjust, columns as C, lock, manifest as mf, panel as P, safefs, writer as W
+from .bars import EPOCH, Bars, read_bars
+from .errors import StoreError
+from .report import IngestReport
+from .snapshot import Store, open_store
 
 
 @dataclass
@@ -44,7 +47,7 @@ class Plan:
     changed: dict[str, int]       # symbol -> cells changed in existing bars / days
     mode: str                     # "tail", "rewrite" or "none"
     reason: str
-    factor_source: str | None     # how adj_factor is obtained after this append (see convert.factor_source)
+    factor_source: str | None     # how adj_factor is obtained after this append (see adjust.factor_source)
 
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
@@ -69,22 +72,26 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
     bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet, symbol_pattern=symbol_pattern)
-    with lock.WriterLock(store_dir, wait=wait):
-        old = S.open_store(store_dir, verify=False)
-        try:
-            rebase = rebase_input_factor(old, bars)
-            plan = make_plan(old, bars)
-            if dry_run or plan.mode == "none":
-                version = old.version
-            elif plan.mode == "tail":
-                version = write_tail(store_dir, old, bars, plan, rebase)
-            else:
-                version = write_rewrite(store_dir, old, bars, plan, rebase)
-        finally:
-            old.close()
-        S.clean_staging(store_dir)
-    if not dry_run and plan.mode != "none":
-        S.gc(store_dir)   # old files and version copies no reader pins (cheap: a lock probe per file)
+    if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
+        with open_store(store_dir, verify=False) as old:
+            plan, _ = _plan(old, bars)
+            version = old.version
+    else:
+        with lock.WriterLock(store_dir, wait=wait):
+            with open_store(store_dir, verify=False) as old:
+                W.prepare(store_dir, old.manifest)
+                plan, rebase = _plan(old, bars)
+                committed = old.manifest
+                try:
+                    if plan.mode == "tail":
+                        committed = write_tail(store_dir, old, bars, plan, rebase)
+                    elif plan.mode == "rewrite":
+                        committed = write_rewrite(store_dir, old, bars, plan, rebase)
+                finally:
+                    W.clean_staging(store_dir)
+            if plan.mode != "none":
+                W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
+            version = committed["version"]
     cal = EPOCH + plan.calendar.astype("timedelta64[D]")
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
@@ -103,58 +110,13 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
                         bars.dropped_columns, time.perf_counter() - t0, extra)
 
 
-def rebase_input_factor(old: S.Store, bars: Bars) -> dict[str, float]:
-    """Put a vendor ``adj_factor`` in the input on the store's scale (in place); returns symbol -> divisor.
-
-    The store keeps vendor factors rebased to 1 at each symbol's first bar (see adjust.rebase). An input's
-    factor is divided by: the ratio to the stored factor on the first day both have (a Yahoo re-download,
-    whose scale moved with later dividends); else the symbol's stored divisor (tushare's absolute factor);
-    else, for a new symbol, its own first factor.
-    """
-    source = old.manifest.get("adj_factor_source")
-    first_factor = source is None and "adj_factor" not in old.fields   # a vendor factor arrives now
-    if (source != "input" and not first_factor) or "adj_factor" not in bars.fields:
-        return {k: v for k, v in zip(old.symbols, old.manifest.get("adj_rebase") or []) if v is not None}
-    # Stores written before rebasing existed keep their factors as given: divisor 1.
-    stored_div = dict(zip(old.symbols, old.manifest.get("adj_rebase") or [1.0] * old.n_symbols))
-    if first_factor:
-        stored_div = {}
-    fi = bars.fields.index("adj_factor")
-    given = bars.values[:, fi].astype(np.float64)
-    old_days = (old.dates - EPOCH).astype(np.int64)
-    order = np.lexsort((bars.day, bars.sym))            # each symbol's bars by date
-    starts = np.flatnonzero(np.r_[True, np.diff(bars.sym[order]) != 0])
-    divisors: dict[str, float] = {k: v for k, v in stored_div.items() if v is not None}
-    for run in np.split(order, starts[1:]):
-        name = bars.names[int(bars.sym[run[0]])]
-        g = given[run]
-        scale = np.nan
-        if name in stored_div:
-            row = old.symbol_index(name)
-            pos = np.searchsorted(old_days, bars.day[run])
-            on_old = (pos < len(old_days)) & (old_days[np.minimum(pos, len(old_days) - 1)] == bars.day[run])
-            if on_old.any():
-                stored = old.panel[row, pos[on_old], old.field_index("adj_factor")].astype(np.float64)
-                both = np.isfinite(stored) & np.isfinite(g[on_old]) & (stored > 0)
-                if both.any():
-                    k = int(np.argmax(both))
-                    scale = g[on_old][k] / stored[k]
-                    known = stored_div[name]
-                    if known is not None and abs(scale / known - 1) < 1e-5:
-                        scale = known   # the same scale, up to float32 rounding of the stored factor
-            if not np.isfinite(scale):
-                scale = stored_div[name] if stored_div[name] is not None else np.nan
-        if not np.isfinite(scale):
-            fin = g[np.isfinite(g)]
-            scale = fin[0] if fin.size else np.nan
-            if np.isfinite(scale):
-                divisors[name] = float(scale)
-        if np.isfinite(scale) and scale > 0:
-            bars.values[run, fi] = (g / scale).astype(np.float32)
-    return divisors
+def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
+    """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
+    rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.day, bars.values, bars.fields)
+    return make_plan(old, bars), rebase
 
 
-def make_plan(old: S.Store, bars: Bars) -> Plan:
+def make_plan(old: Store, bars: Bars) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     old_days = (old.dates - EPOCH).astype(np.int64)
     days = bars.day.astype(np.int64)
@@ -162,22 +124,13 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
     inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
     new_dates = len(cal) - len(old_days)
     pos = np.searchsorted(cal, days)
-    in_symbols = bars.symbols
     known = set(old.symbols)
-    new_syms = sorted(s for s in in_symbols if s not in known)
+    new_syms = sorted(s for s in bars.symbols if s not in known)
     symbols = old.symbols + new_syms
-    index = {s: i for i, s in enumerate(symbols)}
-    sym = bars.codes_for(index)
+    sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
     bars.present_mask(sym, pos, (len(symbols), len(cal)))   # duplicate (symbol, date) check
     in_fields = bars.fields
-    new_fields = [f for f in in_fields if f not in old.fields]
-    source = old.manifest.get("adj_factor_source")
-    if source is None and "adj_factor" in new_fields:
-        source = "input"                       # a vendor factor arrives for the first time
-    split, div = adjust.event_columns(old.fields + new_fields)
-    if (split or div) and "adj_factor" not in old.fields + new_fields:
-        new_fields.append("adj_factor")        # events arrive for the first time: as a full ingest would
-        source = EVENT_FACTOR
+    new_fields, source = adjust.source_after_append(old.manifest.get("adj_factor_source"), old.fields, in_fields)
     fields = old.fields + new_fields
     # Bars on days the old store already covers: compare with what is stored (revisions). Only values the
     # input has count: an empty cell in a re-sent bar leaves the stored value alone.
@@ -208,60 +161,47 @@ def make_plan(old: S.Store, bars: Bars) -> Plan:
                 reason or "new days/symbols only", source)
 
 
-def _event_state(old: S.Store) -> tuple[np.ndarray, np.ndarray]:
-    """Last close and last float64 factor per row: where event-based factors continue from.
+def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+    """Write new days/rows in place beyond every committed version's view; extend checksums; commit.
 
-    Reads one cell per symbol (its last bar), not the close history: the cost of a daily append stays
-    proportional to the new data.
+    Only cells no committed version can see are written: new days of old rows, and new rows. Bars on stored
+    days were found identical by make_plan (else this would be a rewrite) and are not written again.
     """
-    from .adjust import last_finite
-    close = np.full(old.n_symbols, np.nan)
-    fc = old.field_index("close")
-    rows = np.flatnonzero(old.last_bar >= 0)
-    if rows.size:   # the last finite close: look a few days back from each last bar, all history if needed
-        lo = np.maximum(old.last_bar[rows] - 31, 0)
-        span = lo[:, None] + np.arange(32)[None, :]
-        recent = old.panel[rows[:, None], np.minimum(span, old.n_dates - 1), fc]
-        recent = np.where(span <= old.last_bar[rows][:, None], recent, np.nan)
-        close[rows] = last_finite(recent)
-        missing = rows[~np.isfinite(close[rows])]
-        if missing.size:
-            close[missing] = last_finite(np.asarray(old.panel[missing, :, fc]))
-    state = old.manifest.get("adj_last_factor") or [None] * old.n_symbols
-    return close, np.array([np.nan if x is None else x for x in state], dtype=np.float64)
-
-
-def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
-    """Write new days/rows in place beyond every committed version's view; extend checksums; commit."""
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
-    cap = old.date_capacity
-    path = old.data_file
-    size = n_rows * cap * nf * 4
-    if os.path.getsize(path) < size:
-        os.truncate(path, size)
-    mm = np.memmap(path, dtype=np.float32, mode="r+", shape=(n_rows, cap, nf))
-    # Only cells no committed version can see: new days of old rows, and new rows. Bars on stored days were
-    # found identical by make_plan (else this would be a rewrite) and are not written again.
+    stride = old.date_capacity * nf * 4
+    cell = nf * 4
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
-    mf.crashpoint("tail:grown")
-    mm[:n_old_rows, n_old:n_new, :] = np.nan
-    mm[n_old_rows:, :n_new, :] = np.nan
-    mf.crashpoint("tail:cleared")
-    scatter(bars.subset(new), plan.sym[new], plan.pos[new], plan.fields, mm)
-    mf.crashpoint("tail:written")
-    state = None
-    if plan.factor_source == EVENT_FACTOR:
-        state = _extend_event_factor(mm, old, plan.fields, n_old_rows, n_old, n_rows, n_new)
-    old_crc = np.asarray(m["data"]["row_crc32"][:n_old_rows], dtype=np.uint32)
-    crcs = np.concatenate([mf.row_crcs(mm[:n_old_rows, n_old:n_new, :], old_crc),
-                           mf.row_crcs(mm[n_old_rows:, :n_new, :])]).astype(np.uint32)
-    del mm
-    with open(path, "rb+") as fh:
-        # fsync writes back the pages dirtied through the mapping too (one page cache); cheaper than
-        # msync over the whole (mostly reserved) mapping. Data is durable before the manifest that shows it.
-        os.fsync(fh.fileno())
+    fresh = bars.subset(new)
+    place = P.Placement.of(plan.sym[new], plan.pos[new], n_rows)
+    ranges = [(r * stride + n_old * cell, (n_new - n_old) * cell) for r in range(n_old_rows)]
+    ranges += [(r * stride, n_new * cell) for r in range(n_old_rows, n_rows)]
+    need = sum(length for _, length in ranges)
+    path = old.data_file
+    with safefs.guard(store_dir, f"append to {path.name}", need):
+        fd = safefs.open_entry(path, os.O_RDWR)
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (os.fstat(old._fd).st_dev, os.fstat(old._fd).st_ino):
+            raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
+        size0 = os.fstat(fd).st_size
+        try:
+            if size0 < n_rows * stride:
+                os.ftruncate(fd, n_rows * stride)          # sparse: new rows cost nothing until written
+            W.crashpoint("tail:grown")
+            safefs.reserve(fd, ranges)
+            W.crashpoint("tail:cleared")
+            crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
+            W.crashpoint("tail:written")
+            os.fsync(fd)                      # data is durable before the manifest that shows it
+        except BaseException as exc:
+            if os.fstat(fd).st_size > size0:
+                os.ftruncate(fd, size0)       # no committed version sees beyond it: back as it was
+            if isinstance(exc, OSError):
+                raise safefs.os_error(exc, store_dir, f"append to {path.name}", need) from None
+            raise
+    finally:
+        os.close(fd)
     none = np.iinfo(np.int64).max
     fresh_first = np.full(n_rows, none)
     np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])
@@ -269,72 +209,98 @@ def write_tail(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase: di
     first = np.where(old_first >= 0, old_first, np.where(fresh_first == none, -1, fresh_first))
     last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
     np.maximum.at(last, plan.sym[new], plan.pos[new])
-    data = dict(m["data"], rows=n_rows, size=size, row_crc32=crcs.tolist(), checksum=mf.file_checksum(crcs))
-    return _commit(store_dir, old, plan, data, cap, first, last, m["n_bars"] + int(new.sum()), bars, state,
-                   rebase)
+    data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
+                checksum=mf.file_checksum(crcs))
+    return _commit(store_dir, old, plan, data, old.date_capacity, first, last, m["n_bars"] + int(new.sum()),
+                   bars, state, rebase)
 
 
-def _extend_event_factor(mm: np.ndarray, old: S.Store, fields: list[str], n_old_rows: int, n_old: int,
-                         n_rows: int, n_new: int) -> np.ndarray:
-    """Continue split/dividend factors into the new days and rows; returns the new per-row factor state."""
-    fi = fields.index("adj_factor")
-    prev_close, start = _event_state(old)
-    state = np.concatenate([start, np.full(n_rows - n_old_rows, np.nan)])
-    if n_new > n_old and n_old_rows:
-        block = np.array(mm[:n_old_rows, n_old:n_new, :])
-        block[:, :, fi] = np.nan
-        last = fill_event_factor(block, fields, prev_close, start)
-        mm[:n_old_rows, n_old:n_new, fi] = block[:, :, fi]
-        state[:n_old_rows] = np.where(np.isfinite(last), last, start)
-    if n_rows > n_old_rows:
-        rows = np.array(mm[n_old_rows:, :n_new, :])
-        rows[:, :, fi] = np.nan
-        state[n_old_rows:] = fill_event_factor(rows, fields)
-        mm[n_old_rows:, :n_new, fi] = rows[:, :, fi]
-    return state
+def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, plan: Plan, stride: int
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
+    """pwrite the new days of old rows and the new rows, a block at a time; returns (row CRCs, event state)."""
+    n_old_rows, n_old = old.n_symbols, old.n_dates
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    events = plan.factor_source == adjust.EVENTS
+    state = None
+    if events:
+        prev_close, start = adjust.event_state(old)
+        state = np.concatenate([start, np.full(n_rows - n_old_rows, np.nan)])
+    crcs = np.concatenate([np.asarray(old.manifest["data"]["row_crc32"][:n_old_rows], dtype=np.uint32),
+                           np.zeros(n_rows - n_old_rows, dtype=np.uint32)])
+    # (first row, last row, first day): the new days of the old rows, then whole new rows
+    for r0, r1, d0 in ((0, n_old_rows, n_old), (n_old_rows, n_rows, 0)):
+        if r1 <= r0 or n_new <= d0:
+            continue
+        step = P.block_rows(n_new - d0, nf)
+        for lo in range(r0, r1, step):
+            hi = min(lo + step, r1)
+            block = np.full((hi - lo, n_new - d0, nf), np.nan, dtype=np.float32)
+            P.scatter(block, lo, fresh, place, plan.fields, day0=d0)
+            if events and d0:
+                last = adjust.fill_event_factor(block, plan.fields, prev_close[lo:hi], start[lo:hi])
+                state[lo:hi] = np.where(np.isfinite(last), last, start[lo:hi])
+            elif events:
+                state[lo:hi] = adjust.fill_event_factor(block, plan.fields)
+            for i in range(hi - lo):
+                safefs.write_all(fd, block[i].data, (lo + i) * stride + d0 * nf * 4)
+            crcs[lo:hi] = mf.row_crcs(block, crcs[lo:hi])
+    return crcs, state
 
 
-def write_rewrite(store_dir: Path, old: S.Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> int:
-    """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions."""
+def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+    """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions, the revised
+    bars laid over them, built and written a block of rows at a time."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
-    gen = S.start_generation(store_dir, m["data"]["generation"] + 1, n_rows, n_new, nf)
-    panel = gen.logical()
     old_pos = np.searchsorted(plan.calendar, (old.dates - EPOCH).astype(np.int64))
-    src = old.panel
-    for lo in range(0, old.n_symbols, 256):  # bounded memory: 256 rows at a time
-        hi = min(lo + 256, old.n_symbols)
-        panel[lo:hi, old_pos, : old.n_fields] = src[lo:hi]
-    # Revised bars replace the values the input has; empty cells and fields it lacks keep what is stored.
-    fidx = np.asarray([plan.fields.index(f) for f in bars.fields])
-    at = (plan.sym[:, None], plan.pos[:, None], fidx[None, :])
-    panel[at] = np.where(np.isfinite(bars.values), bars.values, panel[at])
-    state = None
-    if plan.factor_source == EVENT_FACTOR:
-        panel[:, :, plan.fields.index("adj_factor")] = np.nan
-        state = fill_event_factor(panel, plan.fields)
-    present = np.isfinite(panel).any(axis=2)
-    first, last = S.bar_extent(present)
-    mf.crashpoint("rewrite:filled")
-    data = S.finish_generation(store_dir, gen)
-    mf.crashpoint("rewrite:data-in-place")
-    return _commit(store_dir, old, plan, data, gen.capacity, first, last, int(present.sum()), bars,
-                   state, rebase)
+    place = P.Placement.of(plan.sym, plan.pos, n_rows)
+    events = plan.factor_source == adjust.EVENTS
+    state = np.full(n_rows, np.nan) if events else None
+    present_rows = []
+    gen = W.NewGeneration(store_dir, m["data"]["generation"] + 1, n_rows, n_new, nf)
+    try:
+        step = P.block_rows(n_new, nf)
+        for lo in range(0, n_rows, step):
+            hi = min(lo + step, n_rows)
+            block = np.full((hi - lo, n_new, nf), np.nan, dtype=np.float32)
+            stored = max(0, min(hi, old.n_symbols) - lo)
+            if stored:
+                block[:stored][:, old_pos, : old.n_fields] = old.panel[lo: lo + stored]
+            # Revised bars replace the values the input has; empty cells and fields it lacks keep what is stored.
+            P.scatter(block, lo, bars, place, plan.fields, keep_stored=True)
+            if events:
+                state[lo:hi] = adjust.refill_events(block, plan.fields)
+            present_rows.append(np.isfinite(block).any(axis=2))
+            gen.write(lo, block)
+        W.crashpoint("rewrite:filled")
+        data = gen.finish()
+    except BaseException:
+        gen.abort()
+        raise
+    W.crashpoint("rewrite:data-in-place")
+    present = np.concatenate(present_rows) if present_rows else np.zeros((0, n_new), bool)
+    first, last = W.bar_extent(present)
+    try:
+        return _commit(store_dir, old, plan, data, gen.capacity, first, last, int(present.sum()), bars, state,
+                       rebase)
+    except BaseException:
+        W.discard_uncommitted(store_dir, data["file"])
+        raise
 
 
-def _commit(store_dir: Path, old: S.Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
-            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None = None,
-            rebase: dict[str, float] | None = None) -> int:
+def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
+            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None,
+            rebase: dict[str, float]) -> dict:
+    """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
     extra = {"calendar_source": m.get("calendar_source"), "adj_factor_source": plan.factor_source}
-    if plan.factor_source == "input":
-        extra["adj_rebase"] = [(rebase or {}).get(s) for s in plan.symbols]
+    if plan.factor_source == adjust.INPUT:
+        extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:
-        extra["adj_last_factor"] = factor_state_list(factor_state)
-    new = S.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
+        extra["adj_last_factor"] = adjust.state_list(factor_state)
+    new = W.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
                            dates=EPOCH + plan.calendar.astype("timedelta64[D]"), fields=plan.fields,
                            capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
                            sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
                            extra=extra)
-    mf.commit(store_dir, new)
-    return new["version"]
+    return W.commit(store_dir, new)

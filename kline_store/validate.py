@@ -1,11 +1,19 @@
-"""Checks on normalised bars: hard errors (duplicates) and the data-quality warnings of daily OHLCV bars."""
+"""Data-quality checks of daily OHLCV bars: each kind counted over every bar, the first few named.
+
+Warnings, not errors (``--strict`` makes them errors): a store keeps the bars as the vendor sent them. Hard
+errors (a cut line, a bad date, a duplicate bar) are raised where they are found: textscan, dates, bars.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
 
 import polars as pl
 
+from . import adjust
+from .inputs import location
 
 MAX_EXAMPLES = 3
 
@@ -24,25 +32,36 @@ class Problem:
         return f"{self.kind}: {self.count} bar(s) {self.description} (first: {ex})"
 
 
-# kind -> (description, predicate over the frame's columns, columns needed)
-CHECKS: dict[str, tuple[str, callable, tuple[str, ...]]] = {
-    "high_below_low": ("with high < low", lambda: pl.col("high") < pl.col("low"), ("high", "low")),
-    "close_outside_range": ("with close outside [low, high]",
-                            lambda: (pl.col("close") < pl.col("low")) | (pl.col("close") > pl.col("high")),
-                            ("close", "low", "high")),
-    "open_outside_range": ("with open outside [low, high]",
-                           lambda: (pl.col("open") < pl.col("low")) | (pl.col("open") > pl.col("high")),
-                           ("open", "low", "high")),
-    "non_positive_price": ("with a price <= 0", None, ()),
-    "zero_volume": ("with zero volume", lambda: pl.col("volume") == 0, ("volume",)),
-    "negative_volume": ("with a negative volume", lambda: pl.col("volume") < 0, ("volume",)),
+def _price_at_most_zero(cols: set[str]) -> pl.Expr | None:
+    prices = [c for c in ("open", "high", "low", "close") if c in cols]
+    return pl.any_horizontal([pl.col(c) <= 0 for c in prices]) if prices else None
+
+
+def _needs(*names: str, pred: Callable[[], pl.Expr]) -> Callable[[set[str]], pl.Expr | None]:
+    return lambda cols: pred() if set(names) <= cols else None
+
+
+# kind -> (description, columns -> predicate over the frame, or None when the columns are absent)
+CHECKS: dict[str, tuple[str, Callable[[set[str]], pl.Expr | None]]] = {
+    "high_below_low": ("with high < low", _needs("high", "low", pred=lambda: pl.col("high") < pl.col("low"))),
+    "close_outside_range": ("with close outside [low, high]", _needs(
+        "close", "low", "high", pred=lambda: (pl.col("close") < pl.col("low")) | (pl.col("close") > pl.col("high")))),
+    "open_outside_range": ("with open outside [low, high]", _needs(
+        "open", "low", "high", pred=lambda: (pl.col("open") < pl.col("low")) | (pl.col("open") > pl.col("high")))),
+    "non_positive_price": ("with a price <= 0", _price_at_most_zero),
+    "zero_volume": ("with zero volume", _needs("volume", pred=lambda: pl.col("volume") == 0)),
+    "negative_volume": ("with a negative volume", _needs("volume", pred=lambda: pl.col("volume") < 0)),
+    "bad_adjustment": ("with placeholder or non-positive adjustment data (adj_close or adj_factor <= 0, a "
+                       "negative split or dividend); no adj_factor is stored for them",
+                       lambda cols: adjust.bad_data(sorted(cols))),
 }
 
 
-def describe_row(df: pl.DataFrame, i: int, files: list[str], parquet: list[bool]) -> str:
+def describe_row(df: pl.DataFrame, i: int, files: list[Path]) -> str:
+    """"SYMBOL DATE (file line N)" of row ``i`` of a frame with ``_file`` and ``_row`` columns."""
     r = df.row(i, named=True)
-    where = f"row {r['_row'] + 1}" if parquet[r["_file"]] else f"line {r['_row'] + 2}"
-    return f"{r['symbol']} {r['date']} ({files[r['_file']]} {where})"
+    f = files[r["_file"]]
+    return f"{r['symbol']} {r['date']} ({f} {location(f, r['_row'])})"
 
 
 def merge_problems(acc: list[Problem], new: list[Problem]) -> list[Problem]:
@@ -59,17 +78,10 @@ def merge_problems(acc: list[Problem], new: list[Problem]) -> list[Problem]:
     return sorted(by_kind.values(), key=lambda p: order.index(p.kind))
 
 
-def quality_problems(df: pl.DataFrame, files: list[str], parquet: list[bool]) -> list[Problem]:
+def quality_problems(df: pl.DataFrame, files: list[Path]) -> list[Problem]:
     """Count each warning kind over the bars in one parallel pass; examples only for kinds that occur."""
     cols = set(df.columns)
-    exprs: dict[str, pl.Expr] = {}
-    for kind, (desc, pred, need) in CHECKS.items():
-        if kind == "non_positive_price":
-            prices = [c for c in ("open", "high", "low", "close") if c in cols]
-            if prices:
-                exprs[kind] = pl.any_horizontal([pl.col(c) <= 0 for c in prices])
-        elif set(need) <= cols:
-            exprs[kind] = pred()
+    exprs = {kind: e for kind, (_, pred) in CHECKS.items() if (e := pred(cols)) is not None}
     if not exprs:
         return []
     counts = df.select([e.fill_null(False).sum().alias(k) for k, e in exprs.items()]).row(0, named=True)
@@ -77,6 +89,5 @@ def quality_problems(df: pl.DataFrame, files: list[str], parquet: list[bool]) ->
     for kind, n in counts.items():
         if n:
             idx = df.select(exprs[kind].fill_null(False).alias("m"))["m"].arg_true().head(MAX_EXAMPLES)
-            out.append(Problem(kind, CHECKS[kind][0], int(n),
-                               [describe_row(df, i, files, parquet) for i in idx.to_list()]))
+            out.append(Problem(kind, CHECKS[kind][0], int(n), [describe_row(df, i, files) for i in idx.to_list()]))
     return out

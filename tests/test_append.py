@@ -308,3 +308,19 @@ def test_a_dividend_after_a_bar_without_close_uses_the_last_close(tmp_path):
     ingest([tmp_path / "all.csv"], tmp_path / "ref")
     assert_same_store(open_store(tmp_path / "s"), open_store(tmp_path / "ref"))
     assert open_store(tmp_path / "s").array("adj_factor")[0, 3] == pytest.approx(10 / 9)
+
+
+def test_a_file_cut_mid_number_is_refused_and_the_stored_bar_kept(real, tmp_path):
+    """Case 1: through append, `2017-09-01,164.800003,16` revised a stored high from 164.94 to 16.0, exit 0."""
+    lines = (real / "us_yahoo_daily" / "AAPL.csv").read_text().splitlines()
+    write(tmp_path / "full" / "AAPL.csv", "\n".join(lines) + "\n")
+    ingest([tmp_path / "full"], tmp_path / "s")
+    assert lines[-1].startswith("2017-09-01,164.800003,164.940002")
+    write(tmp_path / "cut" / "AAPL.csv", "\n".join(lines[:-1] + ["2017-09-01,164.800003,16"]))
+    before = (tmp_path / "s" / "manifest.json").read_bytes()
+    r = subprocess.run(APPEND + [str(tmp_path / "s"), str(tmp_path / "cut")], capture_output=True, text=True)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert f"AAPL.csv: line {len(lines)}: 3 fields, the header has 7" in r.stderr
+    assert (tmp_path / "s" / "manifest.json").read_bytes() == before
+    st = open_store(tmp_path / "s")
+    assert st.array("high")[0, -1] == np.float32(164.940002)

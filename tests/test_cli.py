@@ -91,3 +91,21 @@ def test_import_does_not_load_torch():
     import sys
     code = "import sys, kline_store, kline_store.cli; kline_store.open_store; assert 'torch' not in sys.modules"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+def test_issue_9_inputs_are_one_short_line(tmp_path):
+    """Case 1 (the issue's command), case 8 (dates out of range, a pandas MultiIndex header of 15k characters)."""
+    out = str(tmp_path / "s")
+    cut = write(tmp_path / "cut.csv", "Date,Open,High,Low,Close,Adj Close,Volume\n"
+                "2017-09-05,100.5,102.25,99.75,101.0,101.0,1000\n2017-09-06,101.5\n")
+    one_line_error(run_cli("ingest", str(cut), "-o", out), "cut.csv", "line 3: 2 fields, the header has 7")
+    for i, day in enumerate(("0001-01-01", "9999-12-31")):
+        f = write(tmp_path / f"d{i}.csv", f"date,close\n2024-01-02,1\n{day},2\n")
+        one_line_error(run_cli("ingest", str(f), "-o", out), f"d{i}.csv", "line 3", day, "outside 1800-01-01..2200-12-31")
+    tickers = [f"T{i:04d}" for i in range(1200)]
+    multi = write(tmp_path / "yf.csv", "Price," + ",".join(["Close"] * 1200) + "\nTicker," + ",".join(tickers) +
+                  "\nDate," + "," * 1199 + "\n2024-01-02," + ",".join(["1.5"] * 1200) + "\n")
+    r = run_cli("ingest", str(multi), "-o", out)
+    one_line_error(r, "yf.csv", "no date column", "columns found: Price, Close, Close_duplicated_0", "(1,201 in all)")
+    assert len(r.stderr) < 600
+    assert not (tmp_path / "s").exists()

@@ -14,7 +14,7 @@ from helpers_dataset_ref import FIELDS, make_store, random_panel, ref_sample, re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kline_store import dates as D
+from kline_store import ranges as D
 from kline_store.cross_section import CrossSectionDataset
 from kline_store.dataset import KlineDataset
 from kline_store.gather import gather_windows

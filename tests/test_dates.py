@@ -1,66 +1,49 @@
-"""dates.py: date arguments, calendar bounds of a range, and embargoed splits."""
+"""Date cells -> days: every accepted form, one message per kind of bad date, and the 1800..2200 range."""
 
-from __future__ import annotations
+from pathlib import Path
 
-import datetime as dt
-
-import numpy as np
+import polars as pl
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from kline_store import dates as D
+from kline_store.dates import parse_dates
 from kline_store.errors import InputError
 
 
-DATES = np.array(["2020-01-02", "2020-01-03", "2020-01-06", "2020-01-07", "2020-01-08", "2020-01-09",
-                  "2020-01-10", "2020-01-13"], dtype="datetime64[D]")
+def parse(values, dtype=None):
+    s = pl.Series("d", values, dtype=dtype)
+    return parse_dates(s, Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
 
 
-def test_date_bounds_take_trading_days_inside_the_range():
-    assert D.date_bounds(DATES) == (0, 7)
-    assert D.date_bounds(DATES, "2020-01-04", "2020-01-11") == (2, 6)  # weekend dates snap inwards
-    assert D.date_bounds(DATES, np.datetime64("2020-01-06"), "2020-01-06") == (2, 2)
-    assert D.date_bounds(DATES, dt.date(2020, 1, 3), dt.datetime(2020, 1, 9, 15)) == (1, 5)
-    lo, hi = D.date_bounds(DATES, "2021-01-01", None)
-    assert lo > hi
-    with pytest.raises(InputError, match="start="):
-        D.date_bounds(DATES, "yesterday")
+@pytest.mark.parametrize("cell", ["20240102", "2024-01-02", "2024-01-02 15:00:00", "1/2/2024", "2024/01/02",
+                                  "2024-01-02T00:00:00Z", "2024.01.02", " 2024-01-02 "])
+def test_accepted_forms(cell):
+    assert str(parse([cell, cell])[0]) == "2024-01-02"
 
 
-def test_split_bounds_purge_the_earlier_split():
-    # contiguous calendar ranges: train loses its last `embargo` label days
-    b = D.split_bounds(DATES, [("2020-01-01", "2020-01-07"), ("2020-01-08", None)], embargo=2)
-    assert b == [(0, 1), (4, 7)]
-    # open end: reaches exactly to the embargo; open start: begins after it
-    assert D.split_bounds(DATES, [(None, None), ("2020-01-09", None)], 1) == [(0, 3), (5, 7)]
-    assert D.split_bounds(DATES, [(None, "2020-01-06"), (None, "2020-01-13")], 1) == [(0, 2), (4, 7)]
-    assert D.split_bounds(DATES, [(None, "2020-01-03"), None, (None, None)], 3) == [(0, 1), None, (5, 7)]
-    with pytest.raises(InputError, match="overlaps"):
-        D.split_bounds(DATES, [(None, "2020-01-08"), ("2020-01-07", None)], 1)
-    with pytest.raises(InputError, match="no end"):
-        D.split_bounds(DATES, [(None, None), (None, None)], 1)
-    with pytest.raises(InputError, match="holds no day"):
-        D.split_bounds(DATES, [("2020-01-08", None), ("2020-01-09", None)], 2)
+def test_integers_and_typed_values():
+    assert [str(d) for d in parse([20240102, 20231229])] == ["2024-01-02", "2023-12-29"]
+    assert str(parse([20240102.0], pl.Float64)[0]) == "2024-01-02"
+    assert str(parse(["2024-01-02"]).cast(pl.Date)[0]) == "2024-01-02"
 
 
-@settings(max_examples=200, deadline=None)
-@given(cuts=st.lists(st.integers(0, 7), min_size=2, max_size=2, unique=True), embargo=st.integers(0, 3))
-def test_split_bounds_keep_the_embargo(cuts, embargo):
-    a, b = sorted(cuts)
-    ranges = [(None, DATES[a]), (DATES[b], None)]
-    try:
-        (_, hi1), (lo2, _) = D.split_bounds(DATES, ranges, embargo)
-    except InputError:
-        assert a + 1 > b - embargo - 1  # nothing left of the first split (or overlap)
-        return
-    assert lo2 - hi1 - 1 >= embargo and hi1 <= a and lo2 == b
+@pytest.mark.parametrize("values,message", [
+    (["0001-01-01"], r"line 2: date 0001-01-01 \('0001-01-01'\) in column 'd' is outside 1800-01-01..2200-12-31"),
+    (["2024-01-02", "9999-12-31"], r"line 3: date 9999-12-31"),
+    ([17991231], r"line 2: unparseable date 17991231 in column 'd' \(expected YYYYMMDD, years 1800..2200\)"),
+    ([20240230], r"line 2: unparseable date 20240230"),
+    (["2024-02-30"], r"line 2: unparseable date '2024-02-30'"),
+    (["2024-01-02", None], r"line 3: missing date in column 'd'"),
+    (["2024-01-02", "2024/01/03"], r"mixed date formats in column 'd': '2024-01-02' \(line 2\) and '2024/01/03' \(line 3\)"),
+    (["x" * 500], r"line 2: unparseable date 'xxxx.*\.\.\.' in column 'd'"),
+])
+def test_bad_dates_are_named(values, message):
+    """Case 8: 0001-01-01 and 9999-12-31 passed as "problems: none"."""
+    with pytest.raises(InputError, match=rf"f\.csv: {message}") as e:
+        parse(values)
+    assert len(str(e.value)) < 200
 
 
-def test_to_day_and_day_name():
-    assert D.to_day(None, "x") is None
-    assert D.to_day(dt.datetime(2020, 1, 2, 15), "x") == np.datetime64("2020-01-02")
-    with pytest.raises(InputError, match="end='NaT'"):
-        D.to_day("NaT", "end")
-    assert D.day_name(DATES, 0) == "2020-01-02" and D.day_name(DATES, -1) == "before the calendar"
-    assert D.day_name(DATES, 99) == "after the calendar"
+def test_typed_dates_out_of_range():
+    import datetime
+    with pytest.raises(InputError, match="outside 1800-01-01..2200-12-31"):
+        parse([datetime.date(1, 1, 1)], pl.Date)

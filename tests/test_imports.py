@@ -15,9 +15,10 @@ LAYERS = [
     # shared
     "errors", "progress",
     # ingest half: files -> store
-    "columns", "manifest", "lock", "store", "readers", "validate", "adjust", "convert", "update", "exporter",
+    "columns", "safefs", "manifest", "lock", "snapshot", "writer", "store", "inputs", "textscan", "dates", "adjust",
+    "readers", "validate", "bars", "panel", "report", "ingestion", "update", "exporter",
     # training half: store -> windows -> gather -> loader -> dataset
-    "dates", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
+    "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
     "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",
     # on top: measuring and tuning
     "timing", "meter", "synthetic", "tune", "classic", "bench",

@@ -213,7 +213,7 @@ def test_locked_out_ingest_leaves_the_holder_alone(tmp_path):
     from kline_store.errors import StoreLockedError
     from kline_store.lock import WriterLock
     write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
-    with WriterLock(tmp_path / "s"):
+    with WriterLock(tmp_path / "s", create=True):
         (tmp_path / "s" / ".staging").mkdir()
         (tmp_path / "s" / ".staging" / "work").write_text("the holder's")
         with pytest.raises(StoreLockedError):
@@ -242,3 +242,36 @@ def test_symbol_pattern_in_file_names(real, tmp_path):
     assert rep.n_bars == sum(1 for f in files for _ in open(f)) - len(files)
     with pytest.raises(InputError, match="--symbol-pattern 'zzz' does not match the file name"):
         ingest(files[:1], tmp_path / "t", symbol_pattern="zzz")
+
+
+def test_a_failed_first_ingest_leaves_no_folder(tmp_path):
+    """Case 8: a failed first ingest left an empty folder behind."""
+    write(tmp_path / "bad.csv", "date,close\n2024-01-02,1\n2024-01-03,x\n")
+    with pytest.raises(InputError, match="line 3: column 'close': non-numeric value 'x'"):
+        ingest([tmp_path / "bad.csv"], tmp_path / "new" / "s")
+    assert not (tmp_path / "new").exists()                 # nor the parent it made for it
+    (tmp_path / "kept").mkdir()
+    with pytest.raises(InputError):
+        ingest([tmp_path / "bad.csv"], tmp_path / "kept" / "s")
+    assert list((tmp_path / "kept").iterdir()) == []
+
+
+def test_two_ingests_into_one_place_cannot_both_win(real, tmp_path):
+    """Case 5: the "a store is already there" check ran before the lock, so `ingest A -o R --wait 60 &
+    ingest B -o R --wait 60` both exited 0 and the first store was gone."""
+    from kline_store.lock import WriterLock
+    target = tmp_path / "R"
+    held = WriterLock(target, create=True).__enter__()     # both start while the place is busy and empty
+    procs = [subprocess.Popen([sys.executable, "-m", "kline_store.cli", "ingest", "-q", "--wait", "60",
+                               str(real / "tushare_daily" / f), "-o", str(target)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for f in ("000001.SZ.csv", "600519.SH.csv")]
+    time.sleep(2)                                           # let both get as far as they go before the lock
+    held.__exit__()
+    results = [(p.wait(120), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 1], results
+    loser = next(err for rc, err in results if rc == 1)
+    assert "a store is already there" in loser and loser.count("\n") == 1
+    winner = next(i for i, (rc, _) in enumerate(results) if rc == 0)
+    assert open_store(target).symbols == [["000001.SZ", "600519.SH"][winner]]
+    assert open_store(target).version == 1

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import write
 from kline_store.errors import InputError
-from kline_store.readers import expand_inputs, inspect_source, read_source
+from kline_store.readers import inspect_source, read_source
 
 
 def read(path, user_map=None):
@@ -97,18 +97,6 @@ def test_parquet_with_typed_dates(tmp_path):
     assert df["symbol"].to_list() == ["A", "B"] and str(df["date"][1]) == "2024-01-03"
 
 
-def test_expand_inputs(tmp_path):
-    write(tmp_path / "a" / "x.csv", "date,close\n2024-01-02,1\n")
-    write(tmp_path / "a" / "y.parquet.txt.bak", "junk")
-    write(tmp_path / "b.csv", "date,close\n2024-01-02,1\n")
-    assert [p.name for p in expand_inputs([tmp_path / "a", str(tmp_path / "*.csv")])] == ["x.csv", "b.csv"]
-    assert [p.name for p in expand_inputs([str(tmp_path / "[a]")])] == ["x.csv"]   # a glob matching a folder
-    with pytest.raises(InputError, match="no such file"):
-        expand_inputs([tmp_path / "missing.csv"])
-    with pytest.raises(InputError, match="matches no file"):
-        expand_inputs([str(tmp_path / "*.parquet")])
-
-
 def test_real_quirks(real):
     ptr = read(real / "us_yahoo_daily" / "PTR.csv")
     row = ptr.filter(pl.col("date") == pl.date(2016, 6, 29))
@@ -164,3 +152,58 @@ def test_time_zone_aware_parquet_keeps_the_local_date(tmp_path):
     pl.DataFrame({"date": ["2024-01-02 00:00", "2024-01-03 00:00"], "close": [1.0, 2.0]}).with_columns(
         pl.col("date").str.to_datetime().dt.replace_time_zone("Asia/Shanghai")).write_parquet(p)
     assert [str(d) for d in read(p)["date"]] == ["2024-01-02", "2024-01-03"]
+
+
+CUT = ("Date,Open,High,Low,Close,Adj Close,Volume\n2017-09-05,100.5,102.25,99.75,101.0,101.0,1000\n"
+       "2017-09-06,101.5\n")
+
+
+def test_a_cut_line_is_an_error_not_missing_values(tmp_path):
+    """Case 1: the issue's file was stored with "problems: none"."""
+    with pytest.raises(InputError, match=r"cut\.csv: line 3: 2 fields, the header has 7 \(a cut line\?\)"):
+        read(write(tmp_path / "cut.csv", CUT))
+
+
+def test_a_long_and_a_short_line_that_balance_are_both_caught(tmp_path):
+    """The separator totals balance; polars' full parse rejects the long line and the exact pass names it."""
+    text = "date,close,volume\n2024-01-02,1,1\n2024-01-03,1\n2024-01-04,1,2,3\n"
+    with pytest.raises(InputError, match="line 3: 2 fields, the header has 3"):
+        read(write(tmp_path / "x.csv", text))
+
+
+def test_field_counts_are_checked_in_every_piece_of_a_big_file(tmp_path):
+    from kline_store import readers
+    lines = ["ts_code,trade_date,close,vol"] + [f"S{i % 7},{20200101 + i % 28},{i}.5,{i}" for i in range(5000)]
+    bad = write(tmp_path / "bad.csv", "\n".join(lines[:4000] + ["S1,20200105,16"] + lines[4000:]) + "\n")
+    old = readers.WHOLE_FILE
+    readers.WHOLE_FILE = 0
+    try:
+        with pytest.raises(InputError, match="bad.csv: line 4001: 3 fields, the header has 4"):
+            list(readers.iter_chunks(inspect_source(bad), chunk_bytes=4096))
+    finally:
+        readers.WHOLE_FILE = old
+
+
+def test_gbk_text_after_64_kib_of_ascii(real, tmp_path):
+    """Case 6: a real tushare file with a GBK name column whose first 64 KiB are ASCII was rejected."""
+    src = (real / "tushare_daily" / "000001.SZ.csv").read_text().splitlines()
+    rows = [f"{line},{'PAYH' if i < 900 else '平安银行'}" for i, line in enumerate(src[1:])]
+    text = src[0] + ",name\n" + "\n".join(rows) + "\n"
+    assert text.index("平") > 1 << 16
+    p = write(tmp_path / "000001.SZ.csv", text, "gbk")
+    s = inspect_source(p)
+    assert s.encoding == "gb18030" and s.dropped == ["name"]
+    df = read_source(s)
+    assert df.height == len(src) - 1 and df["symbol"][0] == "000001.SZ"
+
+
+def test_a_list_typed_parquet_column_is_named(tmp_path):
+    """Case 8: a list column gave `unexpected SchemaError` without the file name."""
+    p = tmp_path / "x.parquet"
+    pl.DataFrame({"date": ["2024-01-02"], "close": [[1.0, 2.0]]}).write_parquet(p)
+    with pytest.raises(InputError, match=r"x\.parquet: column 'close' has type List\(Float64\); close needs numbers"):
+        inspect_source(p)
+    q = tmp_path / "y.parquet"
+    pl.DataFrame({"date": ["2024-01-02"], "close": [1.0], "tags": [["a", "b"]]}).write_parquet(q)
+    s = inspect_source(q)
+    assert s.dropped == ["tags"] and read_source(s)["close"][0] == 1.0

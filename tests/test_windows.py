@@ -8,7 +8,7 @@ from helpers_dataset_ref import FIELDS, random_panel, ref_valid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kline_store import dates as D
+from kline_store import ranges as D
 from kline_store import windows as W
 from kline_store.spec import DEFAULT_FIELDS, SamplePlan
 

@@ -1,0 +1,90 @@
+"""Where input comes from: files, folders and globs; the symbol in a file name; "line N of file".
+
+Every message that points into an input file gets its position from :func:`location`, the one place that
+knows a CSV's header is line 1 and a Parquet file has rows.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+import re
+from pathlib import Path
+
+from .errors import InputError
+
+CSV_SUFFIXES = (".csv", ".txt", ".tsv")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def is_parquet(p: Path) -> bool:
+    return p.name.lower().endswith(PARQUET_SUFFIXES)
+
+
+def location(path: Path, row: int) -> str:
+    """Where 0-based data row ``row`` is, in the file's own terms: "line N" of a CSV (its header is line 1),
+    "row N" of a Parquet file."""
+    return f"row {int(row) + 1}" if is_parquet(path) else f"line {int(row) + 2}"
+
+
+def _is_data_file(p: Path) -> bool:
+    name = p.name.lower()
+    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
+
+
+def _walk(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.rglob("*") if f.is_file() and _is_data_file(f))
+
+
+def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
+    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
+    if not inputs:
+        raise InputError("no input given")
+    files: list[Path] = []
+    for item in inputs:
+        s = str(item)
+        p = Path(s)
+        if p.is_dir():
+            found = _walk(p)
+            if not found:
+                raise InputError(f"{p}: folder holds no .csv or .parquet file")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        elif any(ch in s for ch in "*?["):
+            found = []
+            for m in sorted(_glob.glob(s, recursive=True)):
+                mp = Path(m)
+                if mp.is_dir():
+                    found.extend(_walk(mp))
+                elif mp.is_file():
+                    found.append(mp)
+            if not found:
+                raise InputError(f"{s}: pattern matches no file")
+            files.extend(found)
+        else:
+            raise InputError(f"{s}: no such file or folder")
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            out.append(f)
+    return out
+
+
+def symbol_from_name(p: Path, pattern: str | None = None) -> str:
+    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
+    what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
+    name = p.name
+    for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if pattern:
+        m = re.search(pattern, name)
+        if m is None:
+            raise InputError(f"{p}: --symbol-pattern {pattern!r} does not match the file name {name!r}")
+        return m.group(1) if m.groups() else m.group(0)
+    return name

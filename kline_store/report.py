@@ -1,0 +1,45 @@
+"""What an ingest or append did: the summary the CLI prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .validate import Problem
+
+
+@dataclass
+class IngestReport:
+    """Counts, the problems found and, for an append, what it changed (``extra``)."""
+
+    store: Path
+    version: int
+    n_files: int
+    n_bars: int
+    n_symbols: int
+    n_dates: int
+    start: str | None
+    end: str | None
+    fields: list[str]
+    problems: list[Problem]
+    skipped_empty: int
+    dropped_columns: dict[str, list[str]]
+    seconds: float
+    extra: dict = field(default_factory=dict)
+
+    def lines(self) -> list[str]:
+        what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
+        out = [f"store {self.store} (version {self.version}): {what} {self.n_bars} bars from {self.n_files} file(s) "
+               f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} dates {self.start}..{self.end}, "
+               f"fields {' '.join(self.fields)}"]
+        for k, v in self.extra.items():
+            out.append(f"{k}: {v}")
+        if self.skipped_empty:
+            out.append(f"skipped {self.skipped_empty} row(s) whose prices are all missing (no bar)")
+        for f, cols in list(self.dropped_columns.items())[:3]:
+            out.append(f"ignored column(s) {', '.join(cols[:8])}{' ...' if len(cols) > 8 else ''} in {f} "
+                       f"(text, another type, or a second column for a field)")
+        out.extend(("warning " + p.line()) for p in self.problems)
+        if not self.problems:
+            out.append("problems: none")
+        return out
