@@ -90,7 +90,9 @@ class BenchRow:
         samples_measured: windows timed per round.
         extrapolated: timed on fewer windows than the target.
         seconds_per_target: seconds for the target window count at this rate.
-        of_ceiling: ``samples_per_s`` / the ceiling's.
+        of_ceiling: the median over rounds of this row's rate / the ceiling measured in the same round (rows
+            measured once: their rate / the best ceiling). Per-round ratios keep a machine whose speed drifts
+            between rounds from skewing the comparison.
         x_best_classic: ``samples_per_s`` / that of the fastest classic recipe.
         note: how (the ceiling's method, the per-call median of ``ds[i]``, why a row was skipped).
         skipped: not measured (e.g. pyqlib missing).
@@ -432,9 +434,14 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
     rows = [_row(name, found[name], samples) if name in found else
             BenchRow(name, LABELS[name], note=skipped[name], skipped=True) for name in [*variants, "memcpy"]]
     top = next((r.samples_per_s for r in rows if r.name == "ceiling"), 0.0)
+    per_round = [rate for rate, _, _ in found.get("ceiling", [])]
     best_classic = max((r.samples_per_s for r in rows if r.name in CLASSIC), default=0.0)
     for r in rows:
-        r.of_ceiling = r.samples_per_s / top if top else 0.0
+        runs = [rate for rate, _, _ in found.get(r.name, [])]
+        if len(per_round) > 1 and len(runs) == len(per_round):
+            r.of_ceiling = float(np.median([a / c for a, c in zip(runs, per_round)]))
+        else:
+            r.of_ceiling = r.samples_per_s / top if top else 0.0
         r.x_best_classic = r.samples_per_s / best_classic if best_classic else 0.0
     settings["load_after"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return BenchResult(rows, settings)

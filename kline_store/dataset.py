@@ -227,8 +227,7 @@ class KlineDataset(torch.utils.data.Dataset):
             st = self.store
             flat = st.map_private()   # row s of the file is symbol s (DESIGN.md)
             # The first epoch at full speed: each row's stored days read ahead and mapped in the background.
-            row = st.n_dates * st.n_fields * 4
-            readahead(flat, [(s * st.row_stride * 4, row) for s in range(st.n_symbols)])
+            readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4), st.n_dates * st.n_fields * 4)
             bars = torch.from_numpy(self._bars.astype(np.int64)) if self._bars is not None else None
             self._cpu = Gatherer(self.plan, torch.from_numpy(flat), st.row_stride, st.n_fields, 0, bars,
                                  self._stats_t())

@@ -15,6 +15,7 @@ The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads 
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from .buffers import HostRing, Layout, Recycler, pinned_alloc
 from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .errors import InputError
-from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
+from .placement import PLACEMENTS, background_priority, choose_placement, device_free_bytes, host_available_bytes, usable_cores
 from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
 from .sampling import EpochBatches
 from .workers import ChunkFetch, ProcessPool
@@ -101,7 +102,8 @@ class _OrderAhead:
     """Epoch orders computed in a background thread before they are needed.
 
     Shuffling millions of windows takes a noticeable fraction of a second (numpy releases the GIL meanwhile): the
-    first epoch's order is started when the loader is made, each next one when an epoch starts.
+    first epoch's order is started when the loader is made, each next one when an epoch starts, at the lowest
+    scheduling priority so that it takes only what the gathers leave.
     """
 
     def __init__(self, sampler: EpochBatches) -> None:
@@ -114,8 +116,12 @@ class _OrderAhead:
         for stale in [e for e in self._jobs if e < epoch - 1]:
             del self._jobs[stale]
         box: list[np.ndarray] = []
-        th = threading.Thread(target=lambda: box.append(self.sampler.indices_for(epoch)), name="kline-order",
-                              daemon=True)
+
+        def compute() -> None:
+            background_priority()   # idle cores only: never slows the gathers of the epoch being delivered
+            box.append(self.sampler.indices_for(epoch))
+
+        th = threading.Thread(target=compute, name="kline-order", daemon=True)
         th.start()
         self._jobs[epoch] = (th, box)
 
@@ -125,6 +131,41 @@ class _OrderAhead:
             job[0].join()
             if job[1]:
                 self.sampler.provide(epoch, job[1][0])
+
+
+class _ChunkBuffer:
+    """The buffer one chunk is gathered into, taken by whichever of its parts runs first.
+
+    Parts finish in any order across threads; the loader delivers the chunk with the part that completes it.
+    """
+
+    def __init__(self, n: int, parts: int, recycler: Recycler | None, ring: HostRing | None) -> None:
+        self.n, self.expected, self.recycler, self.ring = n, parts, recycler, ring
+        self.out: Batch | None = None
+        self.slot: tuple[HostRing, int] | None = None
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> Batch | None:
+        with self._lock:
+            if self.out is None:
+                if self.recycler is not None:
+                    self.out = self.recycler.take(self.n)
+                elif self.ring is not None:
+                    k = self.ring.acquire()
+                    self.slot = (self.ring, k)
+                    self.out = {key: t[: self.n] for key, t in self.ring.buffers[k].items()}
+            return self.out
+
+    def part_done(self) -> bool:
+        """Count a finished part; True for the one that completes the chunk."""
+        with self._lock:
+            self.done += 1
+            return self.done == self.expected
+
+    def release(self) -> None:
+        if self.slot is not None:
+            self.slot[0].release(self.slot[1])
 
 
 class KlineLoader:
@@ -323,42 +364,57 @@ class KlineLoader:
         recycler = self._make_recycler(depth + 2, capacity) if fixed and not pin else None
         # A per-batch transform runs on the host batches, in the gather threads (the training thread without them).
         split = self.collate_fn
+        # With several threads each chunk is cut into one part per thread, gathered side by side into the same
+        # buffer: a chunk is ready when its parts are, and no thread waits behind a slower one's whole chunk.
+        n_parts = n_threads if n_threads > 1 and split is None and (recycler is not None or ring is not None) else 1
 
-        def work(item: Chunk) -> tuple[Any, list[int], Any]:
-            idx, sizes = item
-            if recycler is not None:
-                data: Any = gather(idx, out=recycler.take(len(idx)))
-            elif ring is not None:
-                k = ring.acquire()
-                out = {key: t[: len(idx)] for key, t in ring.buffers[k].items()}
+        def items(source: Iterator[Chunk]) -> Iterator[tuple[Any, ...]]:
+            for idx, sizes in source:   # runs in a gather thread, under the prefetcher's lock: never blocks
+                n = len(idx)
+                box = _ChunkBuffer(n, n_parts, recycler, ring)
+                if n_parts == 1:
+                    yield idx, sizes, box, 0, n
+                    continue
+                cuts = [n * j // n_parts for j in range(n_parts + 1)]
+                for a, b in itertools.pairwise(cuts):
+                    yield idx, sizes, box, a, b
+
+        def work(item: tuple[Any, ...]) -> tuple[Any, list[int], Any] | None:
+            idx, sizes, box, a, b = item
+            out = box.get()   # the first part to run takes the chunk's buffer (a ring slot may wait for its copy)
+            if out is not None:
                 try:
-                    data = gather(idx, out=out)
+                    gather(idx[a:b], out=out if b - a == len(idx) else {k: v[a:b] for k, v in out.items()})
                 except BaseException:
-                    ring.release(k)
+                    box.release()
                     raise
-                return data, sizes, (ring, k)   # the ring of this pass travels with its slot
+                if not box.part_done():
+                    return None          # not the last part: the chunk is delivered with the last one
+                data: Any = out
             else:
                 data = gather(idx)
                 if pin:
                     data = map_tensors(lambda t: t.pin_memory(), data)
             if split is not None:
-                return [split(b) for b, _ in slices(data, sizes)], sizes, "ready"
-            return data, sizes, None
+                return [split(bt) for bt, _ in slices(data, sizes)], sizes, "ready"
+            return data, sizes, box.slot   # a ring slot travels with its chunk to the copy stage
 
         if n_threads == 0:   # on demand, one chunk at a time, in a helper thread kept off OpenMP
             if self._sync is None:
                 self._sync = SingleThreaded()
-            for item in chunks:
+            for item in items(chunks):
                 yield self._sync.call(work, item)
             if ring is not None:
                 self._passes -= 1
             return
         with KeepTorchThreads():  # the constructor returns once every thread has lowered its own count
-            pf: OrderedPrefetcher[Any, Any] = OrderedPrefetcher(chunks, work, n_threads=n_threads, depth=depth,
+            pf: OrderedPrefetcher[Any, Any] = OrderedPrefetcher(items(chunks), work, n_threads=n_threads,
+                                                                depth=depth * n_parts,
                                                                 thread_init=single_threaded_torch)
         try:
             for item in pf:   # not `yield from`: that would forward close() to pf, joining stuck producers
-                yield item
+                if item is not None:
+                    yield item
         finally:
             pf.close(join=False)
             if ring is not None:   # producers may wait for slots held by chunks nobody will consume

@@ -15,7 +15,6 @@ import ctypes
 import os
 import sys
 import threading
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -107,6 +106,17 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def background_priority() -> None:
+    """Give the calling thread the lowest CPU priority (Linux: a thread is scheduled on its own; elsewhere a no-op).
+
+    For work done ahead of need (the next epoch's order): it should take only cores nobody else wants.
+    """
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+    except (AttributeError, OSError):
+        pass
+
+
 def _madvise(addr: int, length: int, advice: int) -> bool:
     if not sys.platform.startswith("linux"):
         return False
@@ -115,38 +125,39 @@ def _madvise(addr: int, length: int, advice: int) -> bool:
     return libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice) == 0  # releases the GIL
 
 
-def readahead(arr: np.ndarray, ranges: Sequence[tuple[int, int]] | None = None,
+def readahead(arr: np.ndarray, starts: np.ndarray | None = None, length: int = 0,
               available: int | None = None) -> threading.Thread | None:
     """Read a mapped array's pages ahead and map them in a background thread, when they fit in memory.
 
     Args:
         arr: a memory-mapped array (its pages are shared page cache; nothing is copied).
-        ranges: ``(byte offset, length)`` parts of ``arr`` to read (default: all of it). A store's rows
-            reserve room for future days: reading that room would fill the page cache with zero pages.
+        starts: byte offsets of the parts of ``arr`` to read, each ``length`` bytes (default: all of ``arr``).
+            A store's rows reserve room for future days: reading that room would fill the page cache with zeros.
+        length: bytes per part.
         available: host memory available (default: measured).
 
     Returns:
         The background thread (joinable), or None when there is nothing to read or it does not fit.
     """
-    parts = [(0, int(arr.nbytes))] if ranges is None else [(int(o), int(n)) for o, n in ranges if n > 0]
-    total = sum(n for _, n in parts)
+    if starts is None:
+        starts, length = np.zeros(1, dtype=np.int64), int(arr.nbytes)
+    total = len(starts) * length
     if total == 0 or total > (host_available_bytes() if available is None else available) * READAHEAD_FRACTION:
         return None
     base = arr.ctypes.data
-    pages = []
-    for off, n in parts:
-        start = base + off
-        aligned = start - start % _PAGE
-        pages.append((aligned, n + (start - aligned)))
-    for start, length in pages:
-        _madvise(start, length, _MADV_WILLNEED)
+    first = base + np.asarray(starts, dtype=np.int64)
+    aligned = first - first % _PAGE
+    sizes = length + (first - aligned)
 
     def populate(keep: np.ndarray = arr) -> None:  # holds the array: the mapping cannot go away meanwhile
+        pages = list(zip(aligned.tolist(), sizes.tolist()))
+        for start, size in pages:
+            _madvise(start, size, _MADV_WILLNEED)
         flat = keep.reshape(-1).view(np.uint8)
-        for start, length in pages:
-            if not _madvise(start, length, _MADV_POPULATE_READ):   # an older kernel: touch a byte per page
+        for start, size in pages:
+            if not _madvise(start, size, _MADV_POPULATE_READ):   # an older kernel: touch a byte per page
                 lo = start - base
-                int(flat[max(lo, 0): lo + length: _PAGE].sum())
+                int(flat[max(lo, 0): lo + size: _PAGE].sum())
 
     th = threading.Thread(target=populate, name="kline-readahead", daemon=True)
     th.start()

@@ -82,6 +82,6 @@ def test_readahead_maps_pages_without_private_copies(tmp_path):
     finally:
         os.close(fd)
     part = np.frombuffer(mm2, dtype=np.float32)
-    P.readahead(part, [(0, 1 << 20), (8 << 20, 1 << 20)]).join(30)   # two 1 MiB rows of the 16 MiB
+    P.readahead(part, np.array([0, 8 << 20]), 1 << 20).join(30)   # two 1 MiB rows of the 16 MiB
     # only those (page-cache folios of up to 2 MiB may map a little around them), not the other 14 MiB
     assert 2048 <= _mapping_kib(part.ctypes.data, "Rss") <= 8192
