@@ -305,7 +305,7 @@ def rescale_to_store(old: Store, names: list[str], sym: np.ndarray, day: np.ndar
         stored_div = {}
     fi = fields.index(FACTOR)
     given = values[:, fi].astype(np.float64)
-    old_days = (old.dates - np.datetime64("1970-01-01", "D")).astype(np.int64)
+    old_days = old.dates.astype(np.int64)   # keys in the store's unit, like ``day``
     order = np.lexsort((day, sym))            # each symbol's bars by date
     starts = np.flatnonzero(np.r_[True, np.diff(sym[order]) != 0])
     divisors: dict[str, float] = {k: v for k, v in stored_div.items() if v is not None}

@@ -14,8 +14,8 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C
-from .dates import parse_dates
+from . import adjust, columns as C, sessions as SE, timeaxis as TA
+from .dates import parse_days
 from .errors import InputError
 from .inputs import expand_inputs, is_parquet, location
 from .progress import Progress
@@ -35,7 +35,7 @@ class Bars:
 
     names: list[str]                      # symbol code -> name, in first-seen order
     sym: np.ndarray                       # symbol code of each bar
-    day: np.ndarray                       # days since 1970-01-01
+    minute: np.ndarray                    # local stamp of each bar, minutes since 1970-01-01 (int64)
     file: np.ndarray                      # index into ``files``
     row: np.ndarray                       # 0-based data row in its file
     values: np.ndarray                    # [n, len(fields)] float32, NaN where the input has no value
@@ -45,15 +45,21 @@ class Bars:
     problems: list[Problem]
     skipped_empty: int = 0                # rows whose prices are all missing: no bar
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
+    intraday: bool = False                # some file carries more than one time of day
 
     def __len__(self) -> int:
         return len(self.sym)
 
     def subset(self, mask: np.ndarray) -> "Bars":
         """The same bars filtered by a boolean mask."""
-        return Bars(self.names, self.sym[mask], self.day[mask], self.file[mask], self.row[mask],
+        return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
-                    self.skipped_empty, self.dropped_columns)
+                    self.skipped_empty, self.dropped_columns, self.intraday)
+
+    def keys(self, unit: str) -> np.ndarray:
+        """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
+        m = np.asarray(self.minute, dtype=np.int64)
+        return m // TA.MINUTES_PER_DAY if unit == "D" else m
 
     @property
     def symbols(self) -> list[str]:
@@ -84,12 +90,20 @@ class Bars:
         first = order[same[0]]
         hits = order[key[order] == key[first]]
         n_dup = int(len(same))
-        raise InputError(f"duplicate bar: symbol {self.names[int(self.sym[first])]} date "
-                         f"{EPOCH + int(self.day[first])} appears {len(hits)} times "
-                         f"({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all")
+        stamps = np.asarray(self.minute[hits], dtype=np.int64)
+        if len(np.unique(stamps)) > 1:   # same day, other times of day: intraday bars read as daily ones
+            when = f"date {TA.show(int(stamps[0]) // TA.MINUTES_PER_DAY, 'D')}"
+            hint = "; its bars differ in the time of day: an intraday file? leave --freq out or give its bar size"
+        else:
+            text = TA.show(int(stamps[0]), "m")
+            when = f"date {text[:10]}" if text.endswith(" 00:00") else f"at {text}"
+            hint = ""
+        raise InputError(f"duplicate bar: symbol {self.names[int(self.sym[first])]} {when} appears {len(hits)} "
+                         f"times ({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all{hint}")
 
 
-COLUMNS = (("sym", np.uint32), ("day", np.int32), ("file", np.uint32), ("row", np.uint32), ("values", np.float32))
+COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
+           ("values", np.float32))
 
 
 class _Sink:
@@ -106,6 +120,8 @@ class _Sink:
         self.names: list[str] = []
         self.code: dict[str, int] = {}
         self.n = 0
+        self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
+        self.intraday = False
 
     def _intern(self, name: str) -> int:
         code = self.code.get(name)
@@ -123,10 +139,21 @@ class _Sink:
         uniq = col.unique().to_list()
         return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
 
-    def add(self, df: pl.DataFrame, file_id: int) -> None:
+    def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
+        ms = df["date"].cast(pl.Int64).to_numpy()
+        minute, rest = np.divmod(ms, 60_000)
+        if rest.any():
+            i = int(np.flatnonzero(rest)[0])
+            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
+                             f"bars are whole minutes (1 minute or longer)")
+        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
+        seen[np.unique(minute % TA.MINUTES_PER_DAY)] = True
+        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
+        # within a day. Decided per file: two daily files may well stamp their days differently.
+        self.intraday |= int(np.count_nonzero(seen)) > 1
         cols = {
             "sym": self.symbol_codes(df["symbol"]),
-            "day": df["date"].cast(pl.Int32).to_numpy(),
+            "minute": minute,
             "file": np.full(df.height, file_id, dtype=np.uint32),
             "row": df["_row"].to_numpy(),
             "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
@@ -197,7 +224,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                     df = df.filter(~empty)
                 df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
                 problems = merge_problems(problems, quality_problems(df, files))
-                sink.add(adjust.clean(df), i)
+                sink.add(adjust.clean(df), i, src.path)
                 prog.step(0, note=f"{src.path.name}: {rows:,} rows")
             rows_per_file.append(rows)
             prog.step(_size(src.path), note=src.path.name)
@@ -213,8 +240,8 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
              "rows": r} for s, r in zip(sources, rows_per_file)]
     dropped = {str(s.path): s.dropped for s in sources if s.dropped}
-    return Bars(sink.names, col["sym"], col["day"], col["file"], col["row"], col["values"], fields, files, srcs,
-                problems, n_empty, dropped)
+    return Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
+                problems, n_empty, dropped, sink.intraday)
 
 
 def _size(p: Path) -> int:
@@ -248,20 +275,70 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
         if df.height == 0:
             raise InputError(f"{p}: calendar has no day with {is_open} = 1")
     skip = 0 if is_parquet(p) or header else -1     # a header-less CSV: data row 0 is line 1
-    return np.unique(parse_dates(df[col], p, col, lambda i: location(p, int(i) + skip)).cast(pl.Int32).to_numpy())
+    return np.unique(parse_days(df[col], p, col, lambda i: location(p, int(i) + skip)).cast(pl.Int32).to_numpy())
 
 
-def calendar_positions(days: np.ndarray, calendar: np.ndarray, bars: Bars) -> np.ndarray:
-    """Index of each bar's day in the calendar; InputError listing bars on days outside it."""
-    pos = np.searchsorted(calendar, days)
+def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
+    """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
+    pos = np.searchsorted(calendar, keys)
     pos_c = np.minimum(pos, len(calendar) - 1)
-    off = calendar[pos_c] != days
+    off = calendar[pos_c] != keys
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
-        extra = np.unique(days[off])
-        shown = ", ".join(str(EPOCH + int(d)) for d in extra[:5])
-        raise InputError(f"{n} bar(s) on {len(extra)} date(s) not in the calendar ({shown}"
+        extra = np.unique(keys[off])
+        shown = ", ".join(TA.show(int(d), unit) for d in extra[:5])
+        what = "date(s)" if unit == "D" else "time(s)"
+        raise InputError(f"{n} bar(s) at {len(extra)} {what} not in the calendar ({shown}"
                          f"{', ...' if len(extra) > 5 else ''}); first: {bars.names[int(bars.sym[i])]} "
-                         f"{EPOCH + int(days[i])} in {bars.where(i)}")
+                         f"{TA.show(int(keys[i]), unit)} in {bars.where(i)}")
     return pos
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A store's time axis: its bar size, the unit of its keys, and (intraday) its session template."""
+
+    freq: str
+    sessions: SE.Sessions | None = None
+
+    @property
+    def unit(self) -> str:
+        return TA.unit(self.freq)
+
+    def manifest(self) -> dict:
+        """The manifest's record of the axis."""
+        return {"freq": self.freq, "timezone": "exchange-local, naive",
+                "sessions": self.sessions.as_dict() if self.sessions else None}
+
+    @classmethod
+    def of(cls, manifest: dict) -> Axis:
+        sess = manifest.get("sessions")
+        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None)
+
+
+def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
+                ) -> Axis:
+    """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
+    day (then the most common gap between a symbol's bars of a day)."""
+    f = TA.parse_freq(freq) if freq is not None else None
+    if f is None:
+        f = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if bars.intraday \
+            else TA.DAILY
+    if sessions is not None and f == TA.DAILY:
+        raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
+    if stamp is not None and sessions is None:
+        raise InputError("--stamp applies with --sessions")
+    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
+
+
+def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:
+    """A new store's calendar (sorted keys): the union of the bars' keys, a calendar file's dates (daily), or
+    every session bar of every trading date (intraday with a template)."""
+    if calendar_file is not None:
+        if axis.freq != TA.DAILY:
+            raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        return read_calendar(calendar_file).astype(np.int64)
+    if axis.sessions is not None:
+        return SE.calendar(keys, axis.sessions, axis.freq)
+    return np.unique(keys)

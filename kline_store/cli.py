@@ -84,10 +84,13 @@ def info(store, as_json) -> None:
         return
     syms = d["symbols"]
     shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
+    bars = "dates" if d["freq"] == "1d" else "bars"
+    sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
-               f"shape    {d['n_symbols']} symbols x {d['n_dates']} dates x {len(d['fields'])} fields, float32, "
+               f"freq     {d['freq']} ({d['timezone']}{sessions})\n"
+               f"shape    {d['n_symbols']} symbols x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
                f"{d['bytes'] / 2**20:.1f} MiB\n"
-               f"dates    {d['start']} .. {d['end']}\n"
+               f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
                f"bars     {d['n_bars']}\n"
                f"symbols  {shown}")

@@ -1,8 +1,10 @@
-"""Date cells -> calendar days: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
+"""Date cells -> local timestamps: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
 
-Long files repeat each date once per symbol, so only the distinct values are parsed. Dates outside
-1800-01-01..2200-12-31 are errors: such a value is a placeholder or a typo, and a calendar stretched to it
-would reserve room for centuries of days.
+The result keeps the time of day when the file has one (intraday bars need it; a daily file's constant
+``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive: a time-zone-aware
+Parquet column keeps its local wall clock, not UTC. Long files repeat each date once per symbol, so only the
+distinct values are parsed. Dates outside 1800-01-01..2200-12-31 are errors: such a value is a placeholder or
+a typo, and a calendar stretched to it would reserve room for centuries of days.
 """
 
 from __future__ import annotations
@@ -17,30 +19,39 @@ from . import columns as C
 from .errors import InputError
 
 FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
-EXPECTED = "accepted: YYYYMMDD, YYYY-MM-DD[ HH:MM:SS], M/D/YYYY, YYYY/MM/DD"
+EXPECTED = "accepted: YYYYMMDD[HHMM], YYYY-MM-DD[ HH:MM[:SS]], M/D/YYYY, YYYY/MM/DD"
+TIME = pl.Datetime("ms")
+_TIME_OF_DAY = r"^([^\sT]+)[\sT](\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)"
 
 Line = Callable[[int], str]   # index of a value in the column -> "line N" (see inputs.location)
 
 
 def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
-    """Parse a date column; raise InputError naming the file, line, column and value of the first bad date.
+    """Parse a date column into local timestamps (``pl.Datetime("ms")``, midnight where there is no time of
+    day); raise InputError naming the file, line, column and value of the first bad date.
 
     Args:
-        raw: the column as read (strings, integers or temporal values).
+        raw: the column as read (strings, integers, floats or temporal values).
         path: the file, for messages.
         column: the column's name in the file.
         line: where the i-th value of ``raw`` is.
     """
-    if raw.dtype.is_integer() and not raw.null_count():
-        out = _yyyymmdd(raw, path, column, line)
+    if raw.dtype.is_integer() and not raw.null_count() and raw.len() and \
+            int(raw.min()) >= 18000101 and int(raw.max()) <= 22001231:   # type: ignore[arg-type]
+        out = _yyyymmdd(raw, path, column, line).cast(TIME)
     else:
         uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: name the earliest line
         parsed = _parse_unique(uniq, raw, path, column, line)
-        _check_range(parsed, uniq, raw, path, column, line)
-        out = raw.replace_strict(uniq, parsed, default=None, return_dtype=pl.Date)
+        _check_range(parsed.dt.date(), uniq, raw, path, column, line)
+        out = raw.replace_strict(uniq, parsed, default=None, return_dtype=TIME)
         if out.null_count():
             raise InputError(f"{path}: {line(out.is_null().arg_max())}: missing date in column {column!r}")
     return out.alias("date")
+
+
+def parse_days(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """A column of dates (a calendar file): the date part of :func:`parse_dates`."""
+    return parse_dates(raw, path, column, line).dt.date()
 
 
 def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path, column: str, line: Line) -> None:
@@ -86,22 +97,31 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
                           f"({expected})")
 
     if dt == pl.Date:
-        return uniq
+        return uniq.cast(TIME)
     if isinstance(dt, pl.Datetime) and dt.time_zone:
-        return uniq.dt.replace_time_zone(None).dt.date()   # the local trading date, not the UTC one
+        return uniq.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
     if dt.is_temporal():
-        return uniq.cast(pl.Datetime).dt.date()
+        return uniq.cast(TIME)
     if dt.is_integer() or dt.is_float():
-        text = uniq.cast(pl.Int64, strict=False).cast(pl.String)
-        out = text.str.to_date("%Y%m%d", strict=False)
+        whole = uniq.cast(pl.Float64)
+        if (whole != whole.round(0)).any():
+            raise fail(uniq.filter(whole != whole.round(0))[0], "expected YYYYMMDD")
+        text = whole.cast(pl.Int64).cast(pl.String)   # 19991110.0 (pandas after a NaN) is 19991110
+        if text.str.len_chars().is_in([12, 14]).all():
+            out = text.str.to_datetime("%Y%m%d%H%M%S" if text.str.len_chars()[0] == 14 else "%Y%m%d%H%M",
+                                       strict=False, time_unit="ms")
+        else:
+            out = text.str.to_date("%Y%m%d", strict=False).cast(TIME)
         if out.null_count():
-            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD")
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD or YYYYMMDDHHMM")
         return out
     if dt not in (pl.String, pl.Categorical) and not isinstance(dt, pl.Enum):
         raise InputError(f"{path}: date column {name!r} has type {dt}; expected dates, text or YYYYMMDD numbers")
     text = uniq.cast(pl.String).str.strip_chars()
+    clock = None
     if text.str.contains(r"[\sT]\d").any():
-        # Keep the date part: drop a time of day ("2006-11-07 15:00:00", "2020-01-02T00:00:00Z").
+        # A time of day ("2006-11-07 15:00:00", "2020-07-01 09:31", "2020-01-02T00:00:00Z"): kept apart.
+        clock = text.str.extract(_TIME_OF_DAY, 2)
         text = text.str.extract(r"^([^\sT]+)", 1)
     if text.len() == 0:
         raise InputError(f"{path}: date column {name!r} is empty")
@@ -121,4 +141,13 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     out = text.str.to_date(fmt, strict=False)
     if out.null_count():
         raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
-    return out
+    stamp = out.cast(TIME)
+    if clock is not None:
+        hms = clock.fill_null("00:00").str.split(":")
+        secs = (hms.list.get(0).cast(pl.Int64) * 3600 + hms.list.get(1).cast(pl.Int64) * 60
+                + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64))
+        bad = (hms.list.get(0).cast(pl.Int64) > 24) | (hms.list.get(1).cast(pl.Int64) > 59) | (secs > 86400)
+        if bad.any():
+            raise fail(uniq.filter(bad)[0], "a time of day HH:MM[:SS]")
+        stamp = (stamp.cast(pl.Int64) + secs * 1000).cast(TIME)
+    return stamp

@@ -17,7 +17,8 @@ from typing import Sequence
 import numpy as np
 
 from . import adjust, columns as C, lock, manifest as mf, panel as P, writer as W
-from .bars import EPOCH, calendar_positions, read_bars, read_calendar
+from . import timeaxis as TA
+from .bars import build_calendar, calendar_positions, choose_axis, read_bars
 from .errors import InputError, StoreError
 from .inputs import expand_inputs
 from .readers import WHOLE_FILE
@@ -28,14 +29,15 @@ from .snapshot import STAGING
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
-           replace: bool = False, symbol_pattern: str | None = None) -> IngestReport:
+           replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
+           sessions: str | None = None, stamp: str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs).
 
     Args:
         inputs: paths, folders or glob patterns.
         out: store directory; an existing store there is replaced atomically with ``replace``, anything
             else in the way is refused.
-        calendar: optional file of trading dates; default is the union of all input dates.
+        calendar: optional file of trading dates (daily stores); default is the union of all input dates.
         user_map / map: column mapping, as a dict or as ``["SRC=DST", ...]`` (``--map``).
         strict: turn data-quality warnings into errors.
         quiet: no progress bar.
@@ -45,6 +47,12 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             existing store is refused, so a day's file cannot wipe out years of history by mistake).
         symbol_pattern: regular expression for the symbol in one-file-per-symbol names (its first group),
             e.g. ``r"yahoofinance-(\\w+)-"``; default: the name without its suffix.
+        freq: the bar size ("1d", "1min", "5min", "1h", ...); default: daily unless the stamps carry more than
+            one time of day, then the most common gap between a symbol's bars of one day.
+        sessions: intraday calendar template ("ashare", "us", "24h" or a CSV of open,close): every session bar
+            of every trading date of the input; bars outside the sessions are errors. Default: the union of the
+            input's stamps.
+        stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -65,7 +73,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
         try:
             W.prepare(out)
-            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern)
+            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
+                            (freq, sessions, stamp))
         except BaseException:
             _clean_failure(out, held, first=not has_store)
             raise
@@ -113,21 +122,22 @@ def _clean_failure(out: Path, held: lock.WriterLock, first: bool) -> None:
 
 
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
-           quiet: bool, capacity: int | None, symbol_pattern: str | None):
+           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple):
     """The whole ingest under the writer lock (held by the caller)."""
     # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in files) > WHOLE_FILE
     spill = W.staging_dir(out) / "bars.spill" if big else None
     bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern)
-    days = np.asarray(bars.day)
-    cal = read_calendar(calendar) if calendar else np.unique(days)
-    pos = calendar_positions(days, cal, bars).astype(np.int32)
-    del days
+    axis = choose_axis(bars, *axis_args)
+    keys = bars.keys(axis.unit)
+    cal = build_calendar(keys, axis, calendar)
+    pos = calendar_positions(keys, cal, bars, axis.unit).astype(np.int32)
+    del keys
     symbols = bars.symbols
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
-    dates = EPOCH + cal.astype("timedelta64[D]")
+    dates = TA.stamps(cal, axis.unit)
     version, generation, _ = W.next_numbers(out)
     sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
     present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
@@ -153,7 +163,9 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
                          capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
                          sources=bars.sources, created_at=None,
-                         extra={"calendar_source": str(calendar) if calendar else "union of input dates",
+                         extra={**axis.manifest(),
+                                "calendar_source": str(calendar) if calendar else
+                                (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,
                                 "adj_last_factor": adjust.state_list(last_factor),
                                 "adj_rebase": adjust.state_list(divisors)})

@@ -34,6 +34,8 @@ FACTOR_SOURCES = (None, "input", "events")
 FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
 _MAX_COUNT = 1 << 40          # bound on any count or size: keeps shapes and offsets far from overflow
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+_ISO_MINUTE = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}")
+_FREQ = re.compile(r"1d|[1-9]\d{0,3}min")
 
 
 def data_file_name(generation: int) -> str:
@@ -160,28 +162,41 @@ class _Checker:
             raise self.fail(key, f"entry {_show(bad)} is not an integer in {lo}..{hi}")
         return arr if v else np.zeros(0, dtype=np.int64)
 
-    def calendar(self, n: int) -> np.ndarray:
-        """Dates as canonical ISO strings, valid, strictly increasing, within 1800..2200."""
+    def freq(self) -> str:
+        """The bar size: absent in daily stores written before intraday stores existed."""
+        f = self.m.get("freq", "1d")
+        if type(f) is not str or not _FREQ.fullmatch(f) or (f != "1d" and 1440 % int(f[:-3])):
+            raise self.fail("freq", f"{_show(f)} is not a bar size (1d, or N min dividing a day)")
+        return f
+
+    def calendar(self, n: int, freq: str) -> np.ndarray:
+        """Dates (daily) or bar stamps (intraday) as canonical ISO strings, valid, strictly increasing, within
+        1800..2200; intraday stamps on the bar size's grid."""
         v = self.list_(self.get(self.m, "calendar"), "calendar", n)
+        unit = "D" if freq == "1d" else "m"
         if not n:
-            return np.zeros(0, dtype="datetime64[D]")
-        days = None
+            return np.zeros(0, dtype=f"datetime64[{unit}]")
+        stamps = None
         if set(map(type, v)) <= {str}:
             try:
-                days = np.array(v, dtype="datetime64[D]")
+                stamps = np.array(v, dtype=f"datetime64[{unit}]")
             except ValueError:
                 pass
         # numpy also reads "2016-06" or "2016-06-07T00": only the canonical spelling round-trips
-        if days is None or (np.datetime_as_string(days, unit="D") != np.asarray(v)).any():
-            bad = next((x for x in v if type(x) is not str or not _ISO_DAY.fullmatch(x) or not _valid_day(x)), v[0])
-            raise self.fail("calendar", f"entry {_show(bad)} is not a YYYY-MM-DD date")
+        pattern = _ISO_DAY if unit == "D" else _ISO_MINUTE
+        if stamps is None or (np.datetime_as_string(stamps, unit=unit) != np.asarray(v)).any():
+            bad = next((x for x in v if type(x) is not str or not pattern.fullmatch(x) or not _valid_day(x[:10])),
+                       v[0])
+            raise self.fail("calendar", f"entry {_show(bad)} is not a "
+                                        f"{'YYYY-MM-DD date' if unit == 'D' else 'YYYY-MM-DDTHH:MM time'}")
+        days = stamps.astype("datetime64[D]")
         if days[0] < FIRST_DAY or days[-1] > LAST_DAY:
             raise self.fail("calendar", f"dates must lie within {FIRST_DAY}..{LAST_DAY}")
-        step = np.diff(days.astype(np.int64))
+        step = np.diff(stamps.astype(np.int64))
         if (step <= 0).any():
             i = int(np.flatnonzero(step <= 0)[0])
             raise self.fail("calendar", f"not strictly increasing at {v[i]} -> {v[i + 1]}")
-        return days
+        return stamps
 
     def optional_factors(self, key: str, n: int) -> None:
         """None, or one positive finite number (or None) per symbol."""
@@ -231,13 +246,14 @@ def check_manifest(m: dict, path: Path) -> None:
         raise c.fail("dtype", f"{_show(m['dtype'])} is not float32")
     c.names("symbols", n_sym)
     c.names("fields", n_fields)
-    days = c.calendar(n_dates)
+    freq = c.freq()
+    days = c.calendar(n_dates, freq)
     first = c.ints(c.get(m, "first_bar"), "first_bar", n_sym, -1, n_dates - 1)
     last = c.ints(c.get(m, "last_bar"), "last_bar", n_sym, -1, n_dates - 1)
     if ((first < 0) != (last < 0)).any() or (first > last).any():
         i = int(np.flatnonzero(((first < 0) != (last < 0)) | (first > last))[0])
         raise c.fail("first_bar", f"symbol {m['symbols'][i]!r}: first bar {first[i]} after last bar {last[i]}")
-    iso = np.datetime_as_string(days, unit="D").tolist() if n_dates else []
+    iso = np.datetime_as_string(days, unit="D" if freq == "1d" else "m").tolist() if n_dates else []
     for key, idx in (("first_date", first), ("last_date", last)):
         if key in m and m[key] != [iso[i] if i >= 0 else None for i in idx.tolist()]:
             raise c.fail(key, "disagrees with the calendar and the bar positions")
@@ -259,7 +275,14 @@ def check_manifest(m: dict, path: Path) -> None:
     crcs = c.ints(c.get(data, "row_crc32", "data.row_crc32"), "data.row_crc32", rows, 0, (1 << 32) - 1)
     if c.get(data, "checksum", "data.checksum") != file_checksum(crcs.astype(np.uint32)):
         raise c.fail("data.checksum", "does not match the row checksums")
-    for key in ("created_at", "updated_at", "calendar_source", "layout"):
+    if m.get("sessions") is not None:
+        sess = m["sessions"]
+        if freq == "1d" or type(sess) is not dict or type(sess.get("name")) is not str \
+                or sess.get("stamp") not in ("end", "start") or type(sess.get("intervals")) is not list \
+                or not all(type(i) is list and len(i) == 2 and all(type(x) is str for x in i)
+                           for i in sess["intervals"]):
+            raise c.fail("sessions", f"{_show(sess)} is not a sessions object of an intraday store")
+    for key in ("created_at", "updated_at", "calendar_source", "layout", "timezone"):
         if m.get(key) is not None and type(m[key]) is not str:
             raise c.fail(key, f"{_show(m[key])} is not a string")
     if "sources" in m and (type(m["sources"]) is not list or any(type(s) is not dict for s in m["sources"])):

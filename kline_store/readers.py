@@ -1,6 +1,6 @@
 """Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into normalised polars frames.
 
-Output columns: ``_row`` (0-based data row, for messages), ``symbol`` (str), ``date`` (pl.Date), and one
+Output columns: ``_row`` (0-based data row, for messages), ``symbol`` (str), ``date`` (local timestamp, pl.Datetime), and one
 Float32 column per canonical field (plus Yahoo's derived ``adj_factor``, see adjust.py). A CSV is checked
 whole before it is parsed: its encoding (textscan.detect_encoding) and the field count of every line
 (textscan.check_lines). Numeric cells are parsed by polars' CSV reader (fast path); only when that fails is
@@ -253,7 +253,7 @@ def read_source(src: Source) -> pl.DataFrame:
 def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
     """The rows of one file, normalised, in chunks of bounded size (one chunk for small files).
 
-    Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (pl.Date), canonical fields as Float32.
+    Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
     Fast path: a typed polars parse of each chunk of whole lines (big CSVs are cut at line ends, each piece
     parsed with the header in front). Only if it fails is the file re-read as text to find the offending
     cell, so errors name file, line, column and value.

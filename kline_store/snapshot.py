@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs
+from . import lock, manifest as mf, safefs, timeaxis as TA
 from .errors import InputError, StoreError
 
 STAGING = ".staging"     # scratch space of a running writer (see writer.py)
@@ -33,7 +33,8 @@ class Store:
         self.version: int = m["version"]
         self.symbols: list[str] = list(m["symbols"])
         self.fields: list[str] = list(m["fields"])
-        self.dates: np.ndarray = np.array(m["calendar"], dtype="datetime64[D]")
+        self.freq: str = m.get("freq", TA.DAILY)   # "1d", or the bar size of an intraday store ("1min")
+        self.dates: np.ndarray = np.array(m["calendar"], dtype=f"datetime64[{TA.unit(self.freq)}]")
         shape = m["shape"]
         self.n_symbols, self.n_dates, self.n_fields = shape["n_symbols"], shape["n_dates"], shape["n_fields"]
         self.date_capacity: int = shape["date_capacity"]
@@ -142,6 +143,8 @@ class Store:
             "n_bars": m.get("n_bars"), "shape": [self.n_symbols, self.n_dates, self.n_fields],
             "dtype": "float32", "data_file": self.data_file.name, "bytes": self.logical_bytes,
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
+            "freq": self.freq, "timezone": m.get("timezone", "exchange-local, naive"),
+            "sessions": m.get("sessions"),
         }
 
     def close(self) -> None:

@@ -27,8 +27,9 @@ from typing import Sequence
 import numpy as np
 
 from . import adjust, columns as C, lock, manifest as mf, panel as P, safefs, writer as W
-from .bars import EPOCH, Bars, read_bars
-from .errors import StoreError
+from . import sessions as SE, timeaxis as TA
+from .bars import Axis, Bars, read_bars
+from .errors import InputError, StoreError
 from .report import IngestReport
 from .snapshot import Store, open_store
 
@@ -37,7 +38,8 @@ from .snapshot import Store, open_store
 class Plan:
     """What an append will do, computed before anything is written."""
 
-    calendar: np.ndarray          # new calendar, int32 days since epoch
+    calendar: np.ndarray          # new calendar: keys in the store's unit (days or minutes since 1970)
+    unit: str                     # "D" or "m"
     symbols: list[str]            # old symbols, then new ones in sorted order
     fields: list[str]             # old fields, then new ones
     sym: np.ndarray               # row of each input bar
@@ -92,7 +94,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             if plan.mode != "none":
                 W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
-    cal = EPOCH + plan.calendar.astype("timedelta64[D]")
+    cal = TA.stamps(plan.calendar, plan.unit)
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
         "mode": (("dry run, would " + plan.mode) if plan.mode != "none" else "dry run: nothing new")
@@ -112,15 +114,30 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
 
 def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
-    rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.day, bars.values, bars.fields)
+    rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
+                                     bars.fields)
     return make_plan(old, bars), rebase
 
 
 def make_plan(old: Store, bars: Bars) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
-    old_days = (old.dates - EPOCH).astype(np.int64)
-    days = bars.day.astype(np.int64)
-    cal = np.union1d(old_days, days)
+    axis = Axis.of(old.manifest)
+    if axis.freq == TA.DAILY and bars.intraday:
+        raise InputError(f"{old.path}: a daily store; these bars carry times of day (intraday bars): resample "
+                         f"them, or ingest them into an intraday store")
+    old_days = old.dates.astype(np.int64)   # keys: days, or minutes of an intraday store
+    days = bars.keys(axis.unit)
+    if axis.sessions is not None:           # the new trading dates bring every bar of their sessions
+        new_keys = days[~np.isin(days // TA.MINUTES_PER_DAY, old_days // TA.MINUTES_PER_DAY)]
+        cal = np.union1d(old_days, np.union1d(days, SE.calendar(new_keys, axis.sessions, axis.freq)
+                                              if new_keys.size else new_keys))
+        outside = ~np.isin(days, cal)
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            raise InputError(f"{bars.where(i)}: bar at {TA.show(int(days[i]), 'm')} is outside the store's "
+                             f"sessions ({axis.sessions.name})")
+    else:
+        cal = np.union1d(old_days, days)
     inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
     new_dates = len(cal) - len(old_days)
     pos = np.searchsorted(cal, days)
@@ -152,12 +169,12 @@ def make_plan(old: Store, bars: Bars) -> Plan:
             counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
-        return Plan(cal, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
+        return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
-    return Plan(cal, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
+    return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
                 reason or "new days/symbols only", source)
 
 
@@ -252,7 +269,7 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
     bars laid over them, built and written a block of rows at a time."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
-    old_pos = np.searchsorted(plan.calendar, (old.dates - EPOCH).astype(np.int64))
+    old_pos = np.searchsorted(plan.calendar, old.dates.astype(np.int64))
     place = P.Placement.of(plan.sym, plan.pos, n_rows)
     events = plan.factor_source == adjust.EVENTS
     state = np.full(n_rows, np.nan) if events else None
@@ -293,13 +310,14 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
             rebase: dict[str, float]) -> dict:
     """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
-    extra = {"calendar_source": m.get("calendar_source"), "adj_factor_source": plan.factor_source}
+    extra = {**Axis.of(m).manifest(), "calendar_source": m.get("calendar_source"),
+             "adj_factor_source": plan.factor_source}
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:
         extra["adj_last_factor"] = adjust.state_list(factor_state)
     new = W.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
-                           dates=EPOCH + plan.calendar.astype("timedelta64[D]"), fields=plan.fields,
+                           dates=TA.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
                            capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
                            sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
                            extra=extra)

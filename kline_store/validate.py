@@ -61,7 +61,8 @@ def describe_row(df: pl.DataFrame, i: int, files: list[Path]) -> str:
     """"SYMBOL DATE (file line N)" of row ``i`` of a frame with ``_file`` and ``_row`` columns."""
     r = df.row(i, named=True)
     f = files[r["_file"]]
-    return f"{r['symbol']} {r['date']} ({f} {location(f, r['_row'])})"
+    when = str(r["date"]).removesuffix(" 00:00:00")   # a daily bar shows its date, an intraday one its time
+    return f"{r['symbol']} {when} ({f} {location(f, r['_row'])})"
 
 
 def merge_problems(acc: list[Problem], new: list[Problem]) -> list[Problem]:

@@ -18,7 +18,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs
+from . import lock, manifest as mf, safefs, timeaxis as TA
 from .errors import InputError, StoreError, StoreLockedError
 from .snapshot import STAGING
 
@@ -164,7 +164,8 @@ class NewGeneration:
 def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: np.ndarray, fields: Sequence[str],
                    capacity: int, first_bar: np.ndarray, last_bar: np.ndarray, n_bars: int,
                    sources: Iterable[dict] = (), created_at: str | None = None, extra: dict | None = None) -> dict:
-    dates_iso = np.datetime_as_string(np.asarray(dates).astype("datetime64[D]"), unit="D").tolist()
+    freq = (extra or {}).get("freq", TA.DAILY)
+    dates_iso = TA.iso(np.asarray(dates).astype(f"datetime64[{TA.unit(freq)}]"))
     m = {
         "format": mf.FORMAT, "format_version": mf.FORMAT_VERSION, "version": version,
         "created_at": created_at or mf.now_iso(), "updated_at": mf.now_iso(),
@@ -177,6 +178,7 @@ def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: n
         "first_date": [dates_iso[i] if i >= 0 else None for i in first_bar],
         "last_date": [dates_iso[i] if i >= 0 else None for i in last_bar],
         "n_bars": int(n_bars), "data": data, "sources": list(sources),
+        "freq": freq, "timezone": "exchange-local, naive",
     }
     if extra:
         m.update(extra)
@@ -269,15 +271,18 @@ def write_panel(store_dir: Path, generation: int, panel: np.ndarray, capacity: i
 
 def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[str], dates: np.ndarray,
                  fields: Sequence[str], *, sources: Iterable[dict] = (), extra: dict | None = None,
-                 capacity: int | None = None, wait: float = 0.0) -> Path:
+                 capacity: int | None = None, wait: float = 0.0, freq: str = TA.DAILY) -> Path:
     """Write a whole store from an in-memory panel [n_sym, n_dates, n_fields] (tests, small data, Python users).
 
+    ``dates`` are the calendar: days for a daily store, bar stamps for an intraday one (``freq`` like "1min").
     An existing store at ``path`` is replaced atomically (new generation, manifest swap); gc removes its old
     data file once no reader uses it.
     """
     store_dir = Path(path)
     panel = np.asarray(panel, dtype=np.float32)
-    dates = np.asarray(dates, dtype="datetime64[D]")
+    freq = TA.parse_freq(freq)
+    dates = np.asarray(dates).astype(f"datetime64[{TA.unit(freq)}]")
+    extra = {"freq": freq, **(extra or {})}
     if panel.shape != (len(symbols), len(dates), len(fields)):
         raise InputError(f"panel shape {panel.shape} does not match {len(symbols)} symbols x {len(dates)} dates"
                          f" x {len(fields)} fields")

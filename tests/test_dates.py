@@ -1,17 +1,36 @@
-"""Date cells -> days: every accepted form, one message per kind of bad date, and the 1800..2200 range."""
+"""Date cells -> local timestamps: every accepted form, times of day kept, one message per kind of bad date,
+and the 1800..2200 range."""
 
 from pathlib import Path
 
 import polars as pl
 import pytest
 
-from kline_store.dates import parse_dates
+from kline_store.dates import parse_dates, parse_days
 from kline_store.errors import InputError
 
 
-def parse(values, dtype=None):
+def parse(values, dtype=None, fn=parse_days):
     s = pl.Series("d", values, dtype=dtype)
-    return parse_dates(s, Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
+    return fn(s, Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
+
+
+@pytest.mark.parametrize("cell,stamp", [("2020-07-01 09:31:00", "2020-07-01 09:31:00"),
+                                        ("2020-07-01 09:31", "2020-07-01 09:31:00"),
+                                        ("2020/07/01 13:01", "2020-07-01 13:01:00"),
+                                        ("2020-07-01T15:00:00Z", "2020-07-01 15:00:00"),
+                                        ("20200701", "2020-07-01 00:00:00")])
+def test_times_of_day_are_kept(cell, stamp):
+    assert str(parse([cell], fn=parse_dates)[0]) == stamp
+
+
+def test_numeric_stamps():
+    assert str(parse([202007010931], fn=parse_dates)[0]) == "2020-07-01 09:31:00"
+    assert str(parse([19991110.0, 19991111.0], pl.Float64, fn=parse_dates)[1]) == "1999-11-11 00:00:00"
+    with pytest.raises(InputError, match="line 2: unparseable date 19991110.5"):
+        parse([19991110.5], pl.Float64)
+    with pytest.raises(InputError, match="a time of day"):
+        parse(["2020-07-01 25:61"], fn=parse_dates)
 
 
 @pytest.mark.parametrize("cell", ["20240102", "2024-01-02", "2024-01-02 15:00:00", "1/2/2024", "2024/01/02",
@@ -29,7 +48,7 @@ def test_integers_and_typed_values():
 @pytest.mark.parametrize("values,message", [
     (["0001-01-01"], r"line 2: date 0001-01-01 \('0001-01-01'\) in column 'd' is outside 1800-01-01..2200-12-31"),
     (["2024-01-02", "9999-12-31"], r"line 3: date 9999-12-31"),
-    ([17991231], r"line 2: unparseable date 17991231 in column 'd' \(expected YYYYMMDD, years 1800..2200\)"),
+    ([17991231], r"line 2: date 1799-12-31 \(17991231\) in column 'd' is outside 1800-01-01..2200-12-31"),
     ([20240230], r"line 2: unparseable date 20240230"),
     (["2024-02-30"], r"line 2: unparseable date '2024-02-30'"),
     (["2024-01-02", None], r"line 3: missing date in column 'd'"),

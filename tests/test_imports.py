@@ -15,7 +15,7 @@ LAYERS = [
     # shared
     "errors", "progress",
     # ingest half: files -> store
-    "columns", "safefs", "manifest", "lock", "snapshot", "writer", "store", "inputs", "textscan", "dates", "adjust",
+    "columns", "timeaxis", "sessions", "safefs", "manifest", "lock", "snapshot", "writer", "store", "inputs", "textscan", "dates", "adjust",
     "readers", "validate", "bars", "panel", "report", "ingestion", "update", "exporter",
     # training half: store -> windows -> gather -> loader -> dataset
     "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",

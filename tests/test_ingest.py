@@ -85,7 +85,7 @@ def test_calendar_file_and_bars_outside_it(tmp_path):
     st = open_store(tmp_path / "s")
     assert st.n_dates == 3 and np.isnan(st.array("close")[0, 1])
     short = write(tmp_path / "cal2.csv", "date\n2024-01-02\n")
-    with pytest.raises(InputError, match=r"1 bar\(s\) on 1 date\(s\) not in the calendar \(2024-01-04\)"):
+    with pytest.raises(InputError, match=r"1 bar\(s\) at 1 date\(s\) not in the calendar \(2024-01-04\)"):
         ingest([tmp_path / "a.csv"], tmp_path / "s2", calendar=str(short))
 
 

@@ -11,7 +11,7 @@ from kline_store.bars import Bars
 
 def bars_of(rows, days, values, fields):
     n = len(rows)
-    return Bars(names=[f"S{i}" for i in range(max(rows) + 1)], sym=np.asarray(rows), day=np.asarray(days),
+    return Bars(names=[f"S{i}" for i in range(max(rows) + 1)], sym=np.asarray(rows), minute=np.asarray(days, dtype=np.int64) * 1440,
                 file=np.zeros(n, np.uint32), row=np.arange(n, dtype=np.uint32),
                 values=np.asarray(values, np.float32), fields=fields, files=[Path("x.csv")], sources=[],
                 problems=[])
@@ -40,7 +40,7 @@ def test_blocks_equal_a_dense_reference(seed, budget, monkeypatch):
 def test_scatter_from_a_later_day_and_keeping_stored_values():
     b = bars_of([0, 1, 1], [5, 5, 6], [[1.0, np.nan], [2.0, 20.0], [3.0, 30.0]], ["close", "volume"])
     block = np.zeros((2, 2, 2), np.float32)               # rows 0-1, calendar days 5-6, as stored
-    P.scatter(block, 0, b, P.Placement.of(b.sym, b.day, 2), ["close", "volume"], day0=5, keep_stored=True)
+    P.scatter(block, 0, b, P.Placement.of(b.sym, b.keys("D"), 2), ["close", "volume"], day0=5, keep_stored=True)
     assert block.tolist() == [[[1.0, 0.0], [0.0, 0.0]], [[2.0, 20.0], [3.0, 30.0]]]
 
 

@@ -24,7 +24,7 @@ def test_gbk_chinese_headers(tmp_path):
     df = read_source(src)
     assert df["symbol"].to_list() == ["600519", "600519"]
     assert df["close"].to_list() == [1710.0, 1705.0]
-    assert str(df["date"][0]) == "2024-01-02"
+    assert str(df["date"][0]) == "2024-01-02 00:00:00"   # a local timestamp; daily stores keep the date
 
 
 @pytest.mark.parametrize("cell,expect", [
@@ -33,7 +33,7 @@ def test_gbk_chinese_headers(tmp_path):
 ])
 def test_date_forms(tmp_path, cell, expect):
     p = write(tmp_path / "x.csv", f"date,close\n{cell},1.5\n")
-    assert str(read(p)["date"][0]) == expect
+    assert str(read(p)["date"].dt.date()[0]) == expect
 
 
 def test_values_are_float32_of_source(tmp_path):
@@ -94,17 +94,17 @@ def test_parquet_with_typed_dates(tmp_path):
     pl.DataFrame({"ticker": ["A", "B"], "date": np.array(["2024-01-02", "2024-01-03"], dtype="datetime64[D]"),
                   "close": [1.0, 2.0]}).write_parquet(p)
     df = read(p)
-    assert df["symbol"].to_list() == ["A", "B"] and str(df["date"][1]) == "2024-01-03"
+    assert df["symbol"].to_list() == ["A", "B"] and str(df["date"][1]) == "2024-01-03 00:00:00"
 
 
 def test_real_quirks(real):
     ptr = read(real / "us_yahoo_daily" / "PTR.csv")
-    row = ptr.filter(pl.col("date") == pl.date(2016, 6, 29))
+    row = ptr.filter(pl.col("date").dt.date() == pl.date(2016, 6, 29))
     assert row["close"].is_null().all()      # the literal null row
     czsc = read(real / "index_with_time" / "000001.SH_D.csv")
-    assert str(czsc["date"][0]) == "2006-11-06" and czsc["symbol"][0] == "000001.SH"
+    assert str(czsc["date"][0]) == "2006-11-06 15:00:00" and czsc["symbol"][0] == "000001.SH"
     sp = read(real / "yahoo_mplfinance" / "SP500_NOV2019_Hist.csv")
-    assert str(sp["date"][0]) == "2019-11-01"
+    assert str(sp["date"].dt.date()[0]) == "2019-11-01"
 
 
 def test_big_file_chunks_match_whole_read(tmp_path):
@@ -151,7 +151,7 @@ def test_time_zone_aware_parquet_keeps_the_local_date(tmp_path):
     p = tmp_path / "tz.parquet"
     pl.DataFrame({"date": ["2024-01-02 00:00", "2024-01-03 00:00"], "close": [1.0, 2.0]}).with_columns(
         pl.col("date").str.to_datetime().dt.replace_time_zone("Asia/Shanghai")).write_parquet(p)
-    assert [str(d) for d in read(p)["date"]] == ["2024-01-02", "2024-01-03"]
+    assert [str(d) for d in read(p)["date"]] == ["2024-01-02 00:00:00", "2024-01-03 00:00:00"]   # local clock
 
 
 CUT = ("Date,Open,High,Low,Close,Adj Close,Volume\n2017-09-05,100.5,102.25,99.75,101.0,101.0,1000\n"
