@@ -43,12 +43,17 @@ def cli() -> None:
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("--freq", metavar="SIZE", help="Bar size: 1d, 1min, 5min, 15min, 30min, 60min, ... (default: detected).")
+@click.option("--sessions", metavar="NAME|FILE",
+              help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
+@click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait, quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait, freq, sessions, stamp,
+           quiet) -> None:
     """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
     from .ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
-              replace=replace, symbol_pattern=symbol_pattern)
+              replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -84,7 +89,7 @@ def info(store, as_json) -> None:
         return
     syms = d["symbols"]
     shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
-    bars = "dates" if d["freq"] == "1d" else "bars"
+    bars = "dates" if d["freq"] == "1d" else "times"
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d['freq']} ({d['timezone']}{sessions})\n"
@@ -94,6 +99,18 @@ def info(store, as_json) -> None:
                f"fields   {' '.join(d['fields'])}\n"
                f"bars     {d['n_bars']}\n"
                f"symbols  {shown}")
+
+
+@cli.command()
+@click.argument("store")
+@click.option("-o", "--out", required=True, type=click.Path(), help="The coarser store to write.")
+@click.option("--freq", required=True, metavar="SIZE", help="Bar size: 5min, 15min, 30min, 60min, ... or 1d.")
+@click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
+def resample(store, out, freq, replace, wait) -> None:
+    """Write a coarser store (5min .. 60min, or 1d) from an intraday STORE: OHLCV aggregated exactly."""
+    from .resample import resample as run
+    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait).lines()))
 
 
 @cli.command()

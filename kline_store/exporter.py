@@ -1,4 +1,8 @@
-"""Export a store back to long format: one row per existing bar (symbol, date, <fields>)."""
+"""Export a store back to long format: one row per existing bar (symbol, date or time, <fields>).
+
+A daily store's rows carry a ``date``; an intraday store's a ``time`` (its bar stamp, local and naive), which
+``ingest`` reads back as the same bars.
+"""
 
 from __future__ import annotations
 
@@ -13,21 +17,24 @@ from .snapshot import open_store
 
 
 def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFrame:
-    """The store as a long polars frame, sorted by (symbol, date); a bar is a day with any finite field."""
+    """The store as a long polars frame, sorted by (symbol, date); a bar is a cell with any finite field."""
     st = open_store(path)
     frames = []
     with st:
         panel = st.panel
+        key = "date" if st.freq == "1d" else "time"
         for lo in range(0, st.n_symbols, symbols_per_chunk):
             block = np.asarray(panel[lo: lo + symbols_per_chunk])
             present = np.isfinite(block).any(axis=2)
             s_idx, d_idx = np.nonzero(present)
             vals = block[s_idx, d_idx, :]
-            cols = {"symbol": np.asarray(st.symbols, dtype=object)[lo + s_idx], "date": st.dates[d_idx]}
+            when = st.dates[d_idx]
+            cols = {"symbol": np.asarray(st.symbols, dtype=object)[lo + s_idx],
+                    key: when if key == "date" else when.astype("datetime64[ms]")}
             cols.update({f: vals[:, j] for j, f in enumerate(st.fields)})
             frames.append(pl.DataFrame(cols, schema_overrides={"symbol": pl.String}))
     if not frames:
-        return pl.DataFrame(schema={"symbol": pl.String, "date": pl.Date})
+        return pl.DataFrame(schema={"symbol": pl.String, key: pl.Date if key == "date" else pl.Datetime("ms")})
     return pl.concat(frames)
 
 
@@ -43,7 +50,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike) -> int:
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".csv":
-            df.write_csv(tmp)
+            df.write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
         else:
             df.write_parquet(tmp)
         os.replace(tmp, out)

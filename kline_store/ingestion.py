@@ -83,7 +83,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0)
+                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"))
 
 
 def _only_leftovers(folder: Path) -> bool:

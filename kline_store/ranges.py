@@ -1,6 +1,7 @@
 """Date arguments and calendar bounds: ``start``/``end`` of a dataset and consecutive, embargoed splits.
 
-Pure functions over the store's sorted trading calendar (``datetime64[D]``); no store, no torch.
+Pure functions over the store's sorted calendar (``datetime64[D]`` trading dates, or ``datetime64[m]`` bar
+stamps of an intraday store); no store, no torch. Bounds are calendar indices, so an embargo counts bars.
 """
 
 from __future__ import annotations
@@ -16,38 +17,57 @@ from .errors import InputError
 DateLike = str | np.datetime64 | _dt.date | None
 
 
-def to_day(value: DateLike, what: str) -> np.datetime64 | None:
-    """A date argument as ``datetime64[D]`` (None stays None); InputError names the argument when unparsable."""
+def to_time(value: DateLike, what: str) -> np.datetime64 | None:
+    """A date or time argument as ``datetime64`` (None stays None): ``datetime64[D]`` for a date ("2020-07-01",
+    ``datetime.date``), ``datetime64[m]`` for a time of day ("2020-07-01 10:30", ``datetime.datetime``).
+
+    Raises:
+        InputError: naming the argument, when the value is not a date or time.
+    """
     if value is None:
         return None
+    given = value
     try:
         if isinstance(value, _dt.datetime):
-            value = value.date()
-        if hasattr(value, "to_datetime64"):  # pandas.Timestamp without importing pandas
+            value = np.datetime64(value.replace(tzinfo=None), "m")
+        elif isinstance(value, _dt.date):
+            value = np.datetime64(value, "D")
+        elif hasattr(value, "to_datetime64"):  # pandas.Timestamp without importing pandas
             value = value.to_datetime64()
-        day = np.datetime64(value, "D")
+        elif isinstance(value, str):
+            value = np.datetime64(value.strip().replace(" ", "T"))
+        t = np.datetime64(value)
     except (ValueError, TypeError):
-        raise InputError(f"{what}={value!r}: not a date; use 'YYYY-MM-DD', datetime.date or numpy.datetime64")\
-            from None
-    if np.isnat(day):
-        raise InputError(f"{what}={value!r}: not a date")
-    return day
+        raise InputError(f"{what}={given!r}: not a date; use 'YYYY-MM-DD' (or 'YYYY-MM-DD HH:MM' for intraday "
+                         f"stores), datetime.date or numpy.datetime64") from None
+    if np.isnat(t):
+        raise InputError(f"{what}={given!r}: not a date")
+    unit = np.datetime_data(t.dtype)[0]
+    return t.astype("datetime64[D]") if unit in ("Y", "M", "W", "D") else t.astype("datetime64[m]")
+
+
+to_day = to_time   # the name of earlier releases
 
 
 def date_bounds(dates: np.ndarray, start: DateLike = None, end: DateLike = None) -> tuple[int, int]:
     """Calendar-index bounds of a date range.
 
     Args:
-        dates: the sorted trading calendar (datetime64[D]).
-        start: first allowed date of ``t`` (None: the calendar's start).
-        end: last allowed date of a label (None: the calendar's end).
+        dates: the sorted calendar (``datetime64[D]`` days, or ``datetime64[m]`` bar stamps).
+        start: first allowed date or time of ``t`` (None: the calendar's start).
+        end: last allowed date or time of a label (None: the calendar's end); a date includes every bar of it.
 
     Returns:
-        ``(lo, hi)``: ``t >= lo`` and label day ``<= hi``. ``lo > hi`` when the range holds no day.
+        ``(lo, hi)``: ``t >= lo`` and label bar ``<= hi``. ``lo > hi`` when the range holds no bar.
     """
-    s, e = to_day(start, "start"), to_day(end, "end")
+    s, e = to_time(start, "start"), to_time(end, "end")
     lo = 0 if s is None else int(np.searchsorted(dates, s, side="left"))
-    hi = len(dates) - 1 if e is None else int(np.searchsorted(dates, e, side="right")) - 1
+    if e is None:
+        hi = len(dates) - 1
+    elif np.datetime_data(e.dtype)[0] == "D":
+        hi = int(np.searchsorted(dates, e + np.timedelta64(1, "D"), side="left")) - 1
+    else:
+        hi = int(np.searchsorted(dates, e, side="right")) - 1
     return lo, hi
 
 

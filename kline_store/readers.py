@@ -209,7 +209,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())[:200]
 
 
-def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes | None = None,
+def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes | tuple[int, int] | None = None,
           row_offset: int = 0) -> pl.LazyFrame:
     """Lazy frame of the source's columns; numeric columns as Float64 unless ``text_only``.
 
@@ -217,6 +217,8 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
     """
     if is_parquet(src.path):
         lf = pl.scan_parquet(src.path)
+        if isinstance(data, tuple):   # a slice of a big file (see _parquet_slices)
+            lf = lf.slice(*data)
     else:
         overrides: dict[str, pl.DataType] = {c: pl.String for c in src.columns}
         if not text_only:
@@ -299,7 +301,7 @@ def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
     Yields None once for Parquet and for files up to WHOLE_FILE: polars reads those whole.
     """
     if is_parquet(src.path):
-        yield None
+        yield from _parquet_slices(src.path, chunk_bytes)
         return
     n_fields = len(src.columns)
     size = len(src.data) if src.data is not None else os.path.getsize(src.path)
@@ -329,6 +331,25 @@ def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
             carry = bytes(data[cut:])
             line += textscan.check_lines(data[:cut], src.separator, n_fields, src.path, line)
             yield b"".join((header, data[:cut]))   # the one copy of each piece
+
+
+PARQUET_WHOLE = 64 << 20   # Parquet files up to this size on disk are read in one go
+
+
+def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int] | None]:
+    """None (read it whole) for a small Parquet file, else ``(first row, rows)`` slices of about
+    ``chunk_bytes`` of decoded values each: the file's row groups are decoded a slice at a time."""
+    import pyarrow.parquet as pq   # pyarrow is a dependency; imported here to keep CSV-only runs light
+
+    if os.path.getsize(path) <= PARQUET_WHOLE:
+        yield None
+        return
+    meta = pq.ParquetFile(path).metadata
+    rows = meta.num_rows
+    decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    per_slice = max(1, int(rows * chunk_bytes / max(decoded, 1)))
+    for lo in range(0, rows, per_slice):
+        yield lo, min(per_slice, rows - lo)
 
 
 def _explain_or_generic(src: Source) -> InputError:

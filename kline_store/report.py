@@ -26,11 +26,13 @@ class IngestReport:
     dropped_columns: dict[str, list[str]]
     seconds: float
     extra: dict = field(default_factory=dict)
+    freq: str = "1d"
 
     def lines(self) -> list[str]:
         what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
         out = [f"store {self.store} (version {self.version}): {what} {self.n_bars} bars from {self.n_files} file(s) "
-               f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} dates {self.start}..{self.end}, "
+               f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} "
+               f"{'dates' if self.freq == '1d' else self.freq + ' bar times'} {self.start}..{self.end}, "
                f"fields {' '.join(self.fields)}"]
         for k, v in self.extra.items():
             out.append(f"{k}: {v}")

@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from .ranges import DateLike, date_bounds, to_day
+from .ranges import DateLike, date_bounds, to_time
 from .errors import InputError
 
 # Field roles by canonical name. Prices are multiplied by the adjustment ratio and divided by the last close under
@@ -61,8 +61,8 @@ class SampleSpec:
              start: DateLike = None, end: DateLike = None, **options: object) -> SampleSpec:
         """A spec from loosely typed arguments: one field name as a string, dates in any accepted form."""
         names = None if fields is None else ((fields,) if isinstance(fields, str) else tuple(fields))
-        return cls(window=int(window), horizon=int(horizon), fields=names, start=to_day(start, "start"),
-                   end=to_day(end, "end"), **options)  # type: ignore[arg-type]
+        return cls(window=int(window), horizon=int(horizon), fields=names, start=to_time(start, "start"),
+                   end=to_time(end, "end"), **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
         for name, value, ok in (("adjust", self.adjust, ADJUSTS), ("normalize", self.normalize, NORMALIZES),

@@ -78,6 +78,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars)
             version = old.version
+            freq = old.freq
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
@@ -94,6 +95,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             if plan.mode != "none":
                 W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
+            freq = committed.get("freq", "1d")
     cal = TA.stamps(plan.calendar, plan.unit)
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
@@ -109,7 +111,8 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     }
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0, extra)
+                        bars.dropped_columns, time.perf_counter() - t0, extra,
+                        freq=freq)
 
 
 def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:

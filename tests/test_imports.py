@@ -16,7 +16,7 @@ LAYERS = [
     "errors", "progress",
     # ingest half: files -> store
     "columns", "timeaxis", "sessions", "safefs", "manifest", "lock", "snapshot", "writer", "store", "inputs", "textscan", "dates", "adjust",
-    "readers", "validate", "bars", "panel", "report", "ingestion", "update", "exporter",
+    "readers", "validate", "bars", "panel", "report", "ingestion", "update", "exporter", "resample",
     # training half: store -> windows -> gather -> loader -> dataset
     "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
     "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",

@@ -57,10 +57,20 @@ def test_split_bounds_keep_the_embargo(cuts, embargo):
     assert lo2 - hi1 - 1 >= embargo and hi1 <= a and lo2 == b
 
 
-def test_to_day_and_day_name():
-    assert D.to_day(None, "x") is None
-    assert D.to_day(dt.datetime(2020, 1, 2, 15), "x") == np.datetime64("2020-01-02")
+def test_to_time_and_day_name():
+    assert D.to_time(None, "x") is None
+    assert D.to_time(dt.datetime(2020, 1, 2, 15), "x") == np.datetime64("2020-01-02T15:00")
+    assert D.to_time("2020-01-02", "x").dtype == np.dtype("datetime64[D]")
+    assert D.to_time("2020-01-02 09:31", "x") == np.datetime64("2020-01-02T09:31")
     with pytest.raises(InputError, match="end='NaT'"):
-        D.to_day("NaT", "end")
+        D.to_time("NaT", "end")
     assert D.day_name(DATES, 0) == "2020-01-02" and D.day_name(DATES, -1) == "before the calendar"
     assert D.day_name(DATES, 99) == "after the calendar"
+
+
+def test_bounds_on_an_intraday_calendar():
+    bars = np.array(["2020-07-01T09:31", "2020-07-01T15:00", "2020-07-02T09:31", "2020-07-02T15:00",
+                     "2020-07-03T09:31"], dtype="datetime64[m]")
+    assert D.date_bounds(bars, "2020-07-02", "2020-07-02") == (2, 3)          # a date holds all its bars
+    assert D.date_bounds(bars, "2020-07-01 10:00", "2020-07-02 09:31") == (1, 2)
+    assert D.date_bounds(bars, None, "2020-07-01 14:59") == (0, 0)
