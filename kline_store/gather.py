@@ -118,7 +118,7 @@ class Gatherer:
         return v
 
     # -- index arithmetic ---------------------------------------------------------
-    def _locate(self, sym: Any, t: Any) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor, int]:
+    def _locate(self, sym: Any, t: Any) -> tuple[torch.Tensor | None, torch.Tensor | None, Any, int]:
         """Window starts (calendar days) or cell rows (symbol days), and the element indices of the scalar cells
         (close at t and at the label day, the label field, adj_factor at the label day), in that order.
 
@@ -153,9 +153,9 @@ class Gatherer:
         if p.adjust != "none":
             want.append(label_cell + p.adj)
         cells = np.concatenate(want) if on_np else torch.cat(want)
-        if on_np:
+        if on_np:   # window starts and cell rows index tensors; the scalar cells stay numpy (read with numpy)
             return (None if start is None else torch.from_numpy(start),
-                    None if rows is None else torch.from_numpy(rows), torch.from_numpy(cells), len(want))
+                    None if rows is None else torch.from_numpy(rows), cells, len(want))
         return start, rows, cells, len(want)
 
     def _gather_x(self, start: torch.Tensor | None, rows: torch.Tensor | None, f0: int, k: int,
@@ -194,7 +194,10 @@ class Gatherer:
         else:
             lo, hi = min(p.x_fields), max(p.x_fields)
             torch.index_select(self._gather_x(start, rows, lo, hi - lo + 1, None), 2, self.x_sel - lo, out=x)
-        vals = torch.index_select(self.panel_t, 0, cells).view(n_want, b)
+        on_cpu = isinstance(cells, np.ndarray)
+        # Scalar cells: numpy reads 2-4 cells per window off the mapping for less than a torch op costs.
+        vals = self.panel_np[cells].reshape(n_want, b) if on_cpu else \
+            torch.index_select(self.panel_t, 0, cells).view(n_want, b)
         af_t = None
         if p.adjust != "none":
             assert p.adj is not None
@@ -202,19 +205,27 @@ class Gatherer:
         obs = T.forward_fill_(x) if p.missing == "ffill" else None
         y = T.labels(vals, p, af_t)
         if normalize and p.normalize == "window":
-            T.normalize_window_(x, vals[0], af_t, p)
+            T.normalize_window_(x, torch.as_tensor(vals[0], device=self.device), af_t, p)
         elif normalize and p.normalize == "zscore":
             assert self.stats is not None
             T.zscore_(x, *self.stats)
-        res = {"x": x, "y": y, "symbol": torch.as_tensor(sym), "t": torch.as_tensor(t)}
-        if obs is not None:
-            res["observed"] = obs
         if out is None:
+            res = {"x": x, "y": torch.as_tensor(y), "symbol": torch.as_tensor(sym), "t": torch.as_tensor(t)}
+            if obs is not None:
+                res["observed"] = obs
             return res
-        for k, v in res.items():  # buffers may be longer than this batch (a ring slot, the last chunk)
-            if k != "x":
-                out[k][:b].copy_(v)
-        return {k: out[k][:b] for k in res}
+        # Buffers may be longer than this batch (a ring slot, the last chunk); CPU ones are filled by numpy.
+        res = {"x": x}
+        for k, v in (("y", y), ("symbol", sym), ("t", t), ("observed", obs)):
+            if v is None:
+                continue
+            dst = out[k][:b]
+            if on_cpu and not isinstance(v, torch.Tensor):
+                dst.numpy()[...] = v
+            else:
+                dst.copy_(torch.as_tensor(v))
+            res[k] = dst
+        return res
 
     # -- one sample ---------------------------------------------------------------
     def sample(self, s: int, t: int) -> dict[str, Any]:

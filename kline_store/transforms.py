@@ -54,28 +54,29 @@ def forward_fill_(x: torch.Tensor) -> torch.Tensor:
     return obs
 
 
-def labels(vals: torch.Tensor, plan: SamplePlan, af_t: torch.Tensor | None) -> torch.Tensor:
+def labels(vals: np.ndarray | torch.Tensor, plan: SamplePlan, af_t: torch.Tensor | None) -> np.ndarray | torch.Tensor:
     """The label of each window.
 
     Args:
         vals: ``[n, B]`` scalar cells in the order ``gather.Gatherer`` fetches them: close at ``t`` and at the label
             day (when the plan has a close), the label field (for a field label), adj_factor at the label day
-            (when adjusting).
+            (when adjusting). A numpy array on the CPU, a tensor on a device.
         plan: label kind and adjustment.
         af_t: adj_factor at each window's last day, when adjusting.
 
     Returns:
-        float32 ``[B]``. Returns are computed in float64: a float32 quotient minus 1 loses digits of small returns.
+        float32 ``[B]`` (numpy for numpy cells). Returns are computed in float64: a float32 quotient minus 1 loses
+        digits of small returns.
     """
     if plan.label_kind == "field":
         return vals[2 if plan.close is not None else 0]
     log = plan.label_kind == "log_return"
-    if vals.device.type == "cpu":  # numpy costs less per call than a chain of small tensor ops
-        v = vals.numpy().astype(np.float64)
+    if isinstance(vals, np.ndarray):
+        v = vals.astype(np.float64)
         r = v[1] / v[0]
         if af_t is not None:
             r *= v[-1] / af_t.numpy()
-        return torch.from_numpy((np.log(r) if log else r - 1.0).astype(np.float32))
+        return (np.log(r) if log else r - 1.0).astype(np.float32)
     d = vals.double()
     r = d[1] / d[0]
     if af_t is not None:
