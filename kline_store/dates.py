@@ -122,3 +122,14 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     if out.null_count():
         raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
     return out
+
+
+def integral_float_dates(raw: pl.Series) -> pl.Series:
+    """YYYYMMDD written as floats (``19991110.0``: pandas writes an int column so once it held a NaN) as
+    the integers they are; any other column as it is. Text only: a float-typed column is parsed as numbers."""
+    if raw.dtype != pl.String:
+        return raw
+    text = raw.str.strip_chars().drop_nulls()
+    if text.len() == 0 or not text.str.contains(r"^\d{8}\.0*$").all():
+        return raw
+    return raw.str.strip_chars().str.replace(r"\.0*$", "").cast(pl.Int64)
