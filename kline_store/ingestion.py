@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, lock, manifest as mf, panel as P, writer as W
+from . import adjust, columns as C, lock, manifest as mf, panel as P, progress, qlib_store as Q, writer as W
 from .bars import EPOCH, calendar_positions, read_bars, read_calendar
 from .errors import InputError, StoreError
 from .inputs import expand_inputs
@@ -28,8 +28,10 @@ from .snapshot import STAGING
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
-           replace: bool = False, symbol_pattern: str | None = None) -> IngestReport:
-    """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs).
+           replace: bool = False, symbol_pattern: str | None = None, instruments: str | None = None
+           ) -> IngestReport:
+    """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
+    directory (qlib_store.py).
 
     Args:
         inputs: paths, folders or glob patterns.
@@ -45,6 +47,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             existing store is refused, so a day's file cannot wipe out years of history by mistake).
         symbol_pattern: regular expression for the symbol in one-file-per-symbol names (its first group),
             e.g. ``r"yahoofinance-(\\w+)-"``; default: the name without its suffix.
+        instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
+            default, "csi300", ...) or of a file in that format.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -55,8 +59,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         raise InputError(f"{out}: exists and is not a directory")
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    files = expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
-    with lock.WriterLock(out, wait=wait, create=True) as held:
+    qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
+    files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
         has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
         if has_store and not replace:
             raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
@@ -65,12 +70,17 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
         try:
             W.prepare(out)
-            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern)
+            if qlib is not None:
+                built = Q.build_store(qlib, out, capacity)
+            else:
+                result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern)
         except BaseException:
             _clean_failure(out, held, first=not has_store)
             raise
         W.clean_staging(out)
-        W.collect(out, result[-1])
+        W.collect(out, built.manifest if qlib is not None else result[-1])
+    if qlib is not None:
+        return built.report(out, time.perf_counter() - t0)
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
