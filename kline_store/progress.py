@@ -72,12 +72,13 @@ class Progress:
                  scale: bool = False) -> None:
         on = not _silenced if enabled is None else enabled
         err = sys.stderr
-        tty = bool(getattr(err, "isatty", lambda: False)())
-        log = {"file": _Lines(err), "delay": LOG_EVERY, "mininterval": LOG_EVERY, "leave": True,
-               "bar_format": LOG_FORMAT if total else LOG_FORMAT_OPEN}
-        term = {"file": err, "delay": DELAY, "mininterval": 0.2, "leave": False, "dynamic_ncols": True}
+        tty = err is not None and err.isatty()
+        self._lines = None if tty else _Lines(err)
+        style = ({"file": err, "delay": DELAY, "mininterval": 0.2, "leave": False, "dynamic_ncols": True} if tty
+                 else {"file": self._lines, "delay": LOG_EVERY, "mininterval": LOG_EVERY, "leave": True,
+                       "bar_format": LOG_FORMAT if total else LOG_FORMAT_OPEN})
         self._bar = _Bar(total=total or None, desc=label, unit=unit or "it", unit_scale=scale,
-                         unit_divisor=1024, miniters=0, disable=not on or err is None, **(term if tty else log))
+                         unit_divisor=1024, miniters=0, disable=not on or err is None, **style)
         self._note = ""
 
     def step(self, n: int = 1, note: str = "") -> None:
@@ -88,7 +89,10 @@ class Progress:
         self._bar.update(n)
 
     def close(self) -> None:
-        self._bar.close()
+        bar, lines = self._bar, self._lines
+        if lines is not None and not bar.disable and not lines.last and bar.format_dict["elapsed"] >= LOG_EVERY:
+            bar.refresh()     # a phase that ran long in one step still leaves its line in the log
+        bar.close()
 
     def __enter__(self) -> "Progress":
         return self
