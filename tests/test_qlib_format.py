@@ -136,6 +136,8 @@ def test_options_that_do_not_apply(small, tmp_path):
     ]:
         r = run_cli("ingest", *args, "-o", str(tmp_path / "st"))
         assert r.returncode == 1 and message in r.stderr, r.stderr
+    r = run_cli("ingest", str(small.parent), "-o", str(tmp_path / "st"))   # the folder that holds one
+    assert r.returncode == 1 and f"holds the Qlib provider directory {small}: ingest it alone" in r.stderr
     ks.ingest([csv], tmp_path / "st")
     r = run_cli("append", str(tmp_path / "st"), str(small))
     assert r.returncode == 1 and "a Qlib provider directory is read by `kline-store ingest" in r.stderr
