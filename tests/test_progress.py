@@ -40,9 +40,7 @@ def many_files(real, tmp_path_factory):
 def test_a_multi_second_ingest_logs_plain_lines(many_files, tmp_path):
     log = tmp_path / "ingest.log"
     with open(log, "w") as fh:
-        t0 = time.monotonic()
-        r = cli("ingest", str(many_files), "-o", str(tmp_path / "st"), every=1.0, log=fh)
-        took = time.monotonic() - t0
+        r = cli("ingest", str(many_files), "-o", str(tmp_path / "st"), every=0.25, log=fh)
     text = log.read_text()
     assert r.returncode == 0, text
     assert "\r" not in text and "\x1b" not in text          # a log gets lines, not a redrawn bar
@@ -50,7 +48,7 @@ def test_a_multi_second_ingest_logs_plain_lines(many_files, tmp_path):
     reading = [ln for ln in lines if ln.startswith("reading:")]
     assert all(LINE.match(ln) for ln in lines), lines
     assert "from 462 file(s)" in r.stdout
-    assert took > 2.0 and len(reading) >= 2, (took, lines)   # a line a second while reading
+    assert len(reading) >= 2, lines                          # a line every quarter second while reading
     percent = [int(ln.split("%")[0].split()[-1]) for ln in reading]
     assert percent == sorted(percent) and percent[-1] == 100
     assert re.search(r", \d{6}_\d\.csv(: [\d,]+ rows)?$", reading[0])   # the file being read
@@ -124,11 +122,11 @@ def test_log_lines_in_process(capsys, monkeypatch):
         time.sleep(0.06)
         bar.step()
     err = capsys.readouterr().err.splitlines()
-    assert err[0].startswith("reading:  33% 1.00M/3.00M B [00:00 elapsed") and err[0].endswith(", 0.csv")
+    assert re.match(r"reading:  33% 1.00M/3.00M B \[\d\d:\d\d elapsed, .*\], 0.csv$", err[0])
     assert err[2].startswith("reading: 100% 3.00M/3.00M B") and len(set(err)) == len(err)   # no repeated line
     assert any(ln.startswith("checksums: 100% 2/2 rows") for ln in err)
     assert not any("hidden" in ln for ln in err)
-    assert any(re.match(r"tune: 1 trials \[00:00 elapsed\], workers$", ln) for ln in err)
+    assert any(re.match(r"tune: 1 trials \[\d\d:\d\d elapsed\], workers$", ln) for ln in err)
     assert err[-1].startswith("one step: 100% 1/1 rows")
 
 

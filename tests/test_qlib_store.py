@@ -30,7 +30,8 @@ def qlib_python() -> Path:
         pytest.skip(f"no Qlib virtualenv at {venv}: scripts/test.sh builds it (log: {venv}/install.log)")
     r = subprocess.run([QLIB_PY, "-c", "import qlib.data.storage.file_storage"], capture_output=True, text=True)
     if r.returncode:
-        pytest.skip(f"pyqlib does not import in {venv}: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+        pytest.skip(f"pyqlib does not import in {venv} (build log: {venv}/install.log): "
+                    f"{(r.stderr.strip().splitlines() or ['?'])[-1]}")
     return QLIB_PY
 
 
