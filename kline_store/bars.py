@@ -210,7 +210,8 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     sink = _Sink(fields, spill)
     problems: list[Problem] = []
     n_empty = 0
-    prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False)
+    prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
+                    scale=True)
     rows_per_file = []
     try:
         for i, src in enumerate(sources):

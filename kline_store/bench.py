@@ -43,6 +43,7 @@ from .errors import InputError
 from .gather import window_view
 from .loader import describe_config
 from .placement import readahead, usable_cores
+from .progress import Progress
 from .prefetch import KeepTorchThreads, SingleThreaded, single_threaded_torch
 from .store import open_store
 from .timing import shut_down, time_batches
@@ -417,9 +418,11 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
     found: dict[str, list[tuple[float, int, str]]] = {}
     skipped: dict[str, str] = {}
     fast = [v for v in variants if v not in PER_SAMPLE]
+    bar = Progress(rounds * len(fast) + len(variants) - len(fast), "bench", unit="runs")
     for r in range(rounds):
         for name in fast:
             found.setdefault(name, []).append(_measure(name, run))
+            bar.step(note=name)
             if r == rounds - 1 and progress is not None:
                 progress(_row(name, found[name], samples))
     for name in (v for v in variants if v in PER_SAMPLE):
@@ -427,8 +430,10 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
             skipped[name] = "skipped: pyqlib is not installed (pip install pyqlib)"
             continue
         found[name] = [_measure(name, run)]
+        bar.step(note=name)
         if progress is not None:
             progress(_row(name, found[name], samples))
+    bar.close()
     sample_bytes = window * len(ds.fields) * 4
     found["memcpy"] = [(memcpy_bandwidth() / sample_bytes, 0, "")]
     rows = [_row(name, found[name], samples) if name in found else

@@ -13,6 +13,7 @@ import sys
 import click
 
 from .errors import KlineStoreError
+from .progress import silenced
 
 
 MAX_LINE = 600   # an error is one line a person reads: anything longer is cut (the cause is said first)
@@ -34,7 +35,7 @@ def cli() -> None:
     """Daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches."""
 
 
-@cli.command()
+@cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--out", required=True, type=click.Path(), help="Store directory to create or replace.")
 @click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
@@ -42,23 +43,27 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
+@click.option("--instruments", metavar="all|MARKET|FILE",
+              help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("--freq", metavar="SIZE", help="Bar size: 1d, 1min, 5min, 15min, 30min, 60min, ... (default: detected).")
 @click.option("--sessions", metavar="NAME|FILE",
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait, freq, sessions, stamp,
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, instruments, wait, freq, sessions, stamp,
            quiet) -> None:
-    """Read CSV/Parquet files, folders or globs into a new store at OUT (atomic)."""
+    """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
+    (atomic)."""
     from .ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
-              replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp)
+              replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
+              instruments=instruments)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
 
-@cli.command()
+@cli.command(short_help="Add new days, symbols and revised bars to STORE.")
 @click.argument("store")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name.")
@@ -66,17 +71,18 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, wait
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
-@click.option("-q", "--quiet", is_flag=True, help="No summary.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
 def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from .update import append as run
-    rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-              symbol_pattern=symbol_pattern)
+    with silenced(quiet):
+        rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
+                  symbol_pattern=symbol_pattern)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
 
-@cli.command()
+@cli.command(short_help="Shape, fields, symbols and dates of STORE.")
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def info(store, as_json) -> None:
@@ -101,7 +107,7 @@ def info(store, as_json) -> None:
                f"symbols  {shown}")
 
 
-@cli.command()
+@cli.command(short_help="Write a coarser store from an intraday STORE.")
 @click.argument("store")
 @click.option("-o", "--out", required=True, type=click.Path(), help="The coarser store to write.")
 @click.option("--freq", required=True, metavar="SIZE", help="Bar size: 5min, 15min, 30min, 60min, ... or 1d.")
@@ -113,12 +119,14 @@ def resample(store, out, freq, replace, wait) -> None:
     click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait).lines()))
 
 
-@cli.command()
+@cli.command(short_help="Check STORE's manifest, sizes and checksums.")
 @click.argument("store")
-def verify(store) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+def verify(store, quiet) -> None:
     """Check the manifest, sizes and checksums of STORE; non-zero exit naming the damaged file."""
     from .snapshot import verify as run
-    found = run(store)
+    with silenced(quiet):
+        found = run(store)
     if found.problems:
         for p in found.problems[:20]:
             click.echo(f"kline-store: damaged: {_cap(p)}", err=True)
@@ -128,17 +136,24 @@ def verify(store) -> None:
     click.echo(f"{store}: ok" + "".join(f" ({n})" for n in found.notes))
 
 
-@cli.command()
+@cli.command(short_help="Write STORE as Parquet, CSV or a Qlib directory.")
 @click.argument("store")
-@click.option("-o", "--out", required=True, type=click.Path(), help="Output .parquet or .csv file.")
-def export(store, out) -> None:
-    """Write STORE in long format (symbol, date, fields), one row per bar."""
+@click.option("-o", "--out", required=True, type=click.Path(),
+              help="Output .parquet or .csv file, or the directory to create with --format qlib.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "qlib"]),
+              help="Default: from the suffix of OUT. qlib: a Qlib provider directory (day bars).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+def export(store, out, fmt, quiet) -> None:
+    """Write STORE in long format (symbol, date, fields), one row per bar; or, with --format qlib, as a
+    Qlib provider directory that qlib.init(provider_uri=OUT) reads."""
     from .exporter import export as run
-    n = run(store, out)
-    click.echo(f"wrote {n} rows to {out}")
+    with silenced(quiet):
+        n = run(store, out, fmt=fmt)
+    click.echo(f"wrote {n} rows to {out}" if fmt != "qlib" else
+               f"wrote {n} symbols to the Qlib provider directory {out}: qlib.init(provider_uri={str(out)!r})")
 
 
-@cli.command()
+@cli.command(short_help="Delete data files and versions no reader uses.")
 @click.argument("store")
 def gc(store) -> None:
     """Delete old data files and versions that no reader uses."""

@@ -10,6 +10,7 @@ import json
 import click
 
 from .errors import InputError
+from .progress import say, silenced
 
 __all__ = ["bench", "tune"]
 
@@ -18,7 +19,7 @@ def _split_fields(fields: str | None) -> list[str] | None:
     return [f.strip() for f in fields.split(",") if f.strip()] if fields else None
 
 
-@click.command()
+@click.command(short_help="Find the fastest loader settings for STORE.")
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--window", "-w", type=int, required=True, help="Window length (dates per sample).")
 @click.option("--batch-size", "-b", type=int, required=True, help="Batch size.")
@@ -27,7 +28,8 @@ def _split_fields(fields: str | None) -> list[str] | None:
 @click.option("--seconds", type=float, default=1.0, show_default=True, help="Measuring time per configuration.")
 @click.option("--no-save", is_flag=True, help="Do not save the recommendation.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -> None:
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+def tune(store, window, batch_size, device, fields, seconds, no_save, as_json, quiet) -> None:
     """Search workers, prefetch depth, pinning and threads vs processes; save the best for config="auto"."""
     from .tune import tune as run
 
@@ -37,15 +39,16 @@ def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -
         if as_json:
             return
         if not rows:  # the header once the arguments have been accepted
-            click.echo(f"{'stage':<9}{'backend':<10}{'workers':>7}{'prefetch':>9}{'pinned':>7}{'samples/s':>14}")
+            say(f"{'stage':<9}{'backend':<10}{'workers':>7}{'prefetch':>9}{'pinned':>7}{'samples/s':>14}", err=False)
         rows.append(t)
         c = t.config
         backend = c["backend"] if c["num_workers"] else "inline"
-        click.echo(f"{t.stage:<9}{backend:<10}{c['num_workers']:>7}{c['prefetch']:>9}"
-                   f"{str(c['pin_memory']):>7}{t.samples_per_s:>14,.0f}")
+        say(f"{t.stage:<9}{backend:<10}{c['num_workers']:>7}{c['prefetch']:>9}"
+            f"{str(c['pin_memory']):>7}{t.samples_per_s:>14,.0f}", err=False)
 
-    res = run(store, window, batch_size, device=device, fields=_split_fields(fields), seconds=seconds,
-              save=not no_save, progress=row)
+    with silenced(quiet):
+        res = run(store, window, batch_size, device=device, fields=_split_fields(fields), seconds=seconds,
+                  save=not no_save, progress=row)
     if as_json:
         click.echo(json.dumps(res.as_dict(), indent=1))
         return
@@ -57,7 +60,7 @@ def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -
         click.echo(f"saved to {res.saved_to} [{res.key}]; ds.loader(config=\"auto\") uses it")
 
 
-@click.command()
+@click.command(short_help="Time every way to load STORE's windows.")
 @click.argument("store", type=click.Path(exists=True, file_okay=False))
 @click.option("--window", "-w", type=int, default=64, show_default=True, help="Window length.")
 @click.option("--fields", help="Comma-separated fields (default: open high low close volume amount).")
@@ -73,8 +76,9 @@ def tune(store, window, batch_size, device, fields, seconds, no_save, as_json) -
 @click.option("--scratch", type=click.Path(file_okay=False), help="Folder for the synthetic store (default: temp).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write a PNG bar chart (needs matplotlib).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
 def bench(store, window, fields, batch_size, samples, classic_samples, rounds, only, min_cache_multiple, scratch,
-          as_json, plot) -> None:
+          as_json, plot, quiet) -> None:
     """Every way to load STORE's windows, against a bare gather, on a store bigger than the CPU cache."""
     from .bench import VARIANTS, format_table
     from .bench import bench as run
@@ -89,11 +93,12 @@ def bench(store, window, fields, batch_size, samples, classic_samples, rounds, o
     def row(r) -> None:
         if not as_json:
             text = "skipped" if r.skipped else f"{r.samples_per_s:>14,.0f} windows/s"
-            click.echo(f"  {r.name:<20}{text}", err=True)
+            say(f"  {r.name:<20}{text}")
 
-    res = run(store, window=window, fields=_split_fields(fields), batch_size=batch_size, samples=samples,
-              classic_samples=classic_samples, rounds=rounds, variants=list(only) or VARIANTS, min_cache_multiple=min_cache_multiple, scratch=scratch,
-              progress=row, say=lambda s: click.echo(s, err=True))
+    with silenced(quiet):
+        res = run(store, window=window, fields=_split_fields(fields), batch_size=batch_size, samples=samples,
+                  classic_samples=classic_samples, rounds=rounds, variants=list(only) or VARIANTS,
+                  min_cache_multiple=min_cache_multiple, scratch=scratch, progress=row, say=say)
     if as_json:
         click.echo(json.dumps(res.as_dict(), indent=1))
     else:

@@ -56,15 +56,27 @@ def normalise(name: str) -> str:
     return re.sub(r"[^0-9a-z\u4e00-\u9fff]+", "_", name.strip().lower()).strip("_")
 
 
+def is_index_name(name: str) -> bool:
+    """A column pandas writes for its index: ``''`` (``to_csv()``), ``Unnamed: 0``, ``index``,
+    ``__index_level_0__`` (``to_parquet()``)."""
+    key = normalise(name)
+    return not key or key.startswith(("unnamed", "index_level_")) or key == "index"
+
+
 def parse_mapping(pairs: list[str] | tuple[str, ...] | None) -> dict[str, str]:
-    """``["Trade Day=date", "px=close"]`` -> ``{"Trade Day": "date", "px": "close"}`` (from ``--map``)."""
+    """``["Trade Day=date", "px=close", "=date"]`` -> ``{"Trade Day": "date", "px": "close", "": "date"}``.
+
+    The field is after the last ``=``: a source name may hold any character, ``=`` included, or be empty
+    (pandas' unnamed index column).
+    """
     out: dict[str, str] = {}
     for p in pairs or ():
         if "=" not in p:
             raise InputError(f"--map {p!r}: expected SOURCE=FIELD, e.g. --map 'Trade Day=date'")
-        src, dst = p.split("=", 1)
-        if not src or not dst:
-            raise InputError(f"--map {p!r}: expected SOURCE=FIELD, e.g. --map 'Trade Day=date'")
+        src, dst = p.rsplit("=", 1)
+        if not dst.strip():
+            raise InputError(f"--map {p!r}: expected SOURCE=FIELD, e.g. --map 'Trade Day=date' (or '=date' for "
+                             f"a column without a name)")
         out[src] = normalise(dst) if normalise(dst) else dst
     return out
 
@@ -87,9 +99,9 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
         if col in user_map:
             dst = user_map[col]
         else:
+            if is_index_name(col):
+                continue  # pandas index columns written by to_csv(); see readers.inspect_source for dates
             key = normalise(col)
-            if not key or key.startswith("unnamed") or key == "index":
-                continue  # pandas index columns written by to_csv()
             dst = ALIASES.get(key, key)
         if dst in taken:
             continue

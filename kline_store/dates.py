@@ -151,3 +151,24 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
             raise fail(uniq.filter(bad)[0], "a time of day HH:MM[:SS]")
         stamp = (stamp.cast(pl.Int64) + secs * 1000).cast(TIME)
     return stamp
+
+
+def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """YYYYMMDD written as floats (``19991110.0``: pandas writes an int column so once it held a NaN) as
+    the integers they are; any other column as it is. Text only: a float-typed column is parsed as numbers.
+
+    Raises:
+        InputError: a column of such floats holds one with a fraction (``20240103.5``), named with its line.
+    """
+    if raw.dtype != pl.String:
+        return raw
+    text = raw.str.strip_chars()
+    cells = text.drop_nulls()
+    if cells.len() == 0 or not cells.str.contains(r"^\d{8}\.\d*$").all():
+        return raw
+    whole = text.str.contains(r"^\d{8}\.0*$")
+    if not whole.fill_null(True).all():
+        i = int((~whole.fill_null(True)).arg_max())
+        raise InputError(f"{path}: {line(i)}: unparseable date {C.short(raw[i])} in column {column!r} "
+                         f"(a YYYYMMDD number with a fraction)")
+    return text.str.replace(r"\.0*$", "").cast(pl.Int64)

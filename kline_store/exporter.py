@@ -1,4 +1,5 @@
-"""Export a store back to long format: one row per existing bar (symbol, date or time, <fields>).
+"""Export a store back to long format: one row per existing bar (symbol, date or time, <fields>); or, with
+``fmt="qlib"``, as a Qlib provider directory (qlib_store.py).
 
 A daily store's rows carry a ``date``; an intraday store's a ``time`` (its bar stamp, local and naive), which
 ``ingest`` reads back as the same bars.
@@ -13,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from .errors import InputError
+from .qlib_store import export_provider
 from .snapshot import open_store
 
 
@@ -38,12 +40,18 @@ def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFr
     return pl.concat(frames)
 
 
-def export(path: str | os.PathLike, out: str | os.PathLike) -> int:
-    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows."""
+def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> int:
+    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows.
+
+    ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
+    returns the number of symbols written then.
+    """
+    if fmt == "qlib":
+        return export_provider(path, out).symbols
     out = Path(out)
-    suffix = out.suffix.lower()
+    suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())
     if suffix not in (".parquet", ".pq", ".csv"):
-        raise InputError(f"{out}: unknown export format (use .parquet or .csv)")
+        raise InputError(f"{out}: unknown export format (use .parquet or .csv, or --format qlib for a directory)")
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
     df = to_frame(path)

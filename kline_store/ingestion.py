@@ -16,8 +16,8 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, lock, manifest as mf, panel as P, writer as W
-from . import timeaxis as TA
+from . import adjust, columns as C, lock, manifest as mf, panel as P, progress, qlib_store as Q, timeaxis as TA
+from . import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
 from .errors import InputError, StoreError
 from .inputs import expand_inputs
@@ -30,8 +30,10 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
-           sessions: str | None = None, stamp: str | None = None) -> IngestReport:
-    """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs).
+           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None
+           ) -> IngestReport:
+    """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
+    directory (qlib_store.py).
 
     Args:
         inputs: paths, folders or glob patterns.
@@ -53,6 +55,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             of every trading date of the input; bars outside the sessions are errors. Default: the union of the
             input's stamps.
         stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
+        instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
+            default, "csi300", ...) or of a file in that format.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -63,8 +67,12 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         raise InputError(f"{out}: exists and is not a directory")
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    files = expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
-    with lock.WriterLock(out, wait=wait, create=True) as held:
+    qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
+    if qlib is not None and (sessions or stamp or (freq and TA.parse_freq(freq) != TA.DAILY)):
+        raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
+                         f"do not apply to it")
+    files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
         has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
         if has_store and not replace:
             raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
@@ -73,13 +81,18 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
         try:
             W.prepare(out)
-            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                            (freq, sessions, stamp))
+            if qlib is not None:
+                built = Q.build_store(qlib, out, capacity)
+            else:
+                result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
+                                (freq, sessions, stamp))
         except BaseException:
             _clean_failure(out, held, first=not has_store)
             raise
         W.clean_staging(out)
-        W.collect(out, result[-1])
+        W.collect(out, built.manifest if qlib is not None else result[-1])
+    if qlib is not None:
+        return built.report(out, time.perf_counter() - t0)
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 from .errors import InputError
+from .qlib_format import is_provider
 
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -45,7 +46,15 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
         s = str(item)
         p = Path(s)
         if p.is_dir():
+            if is_provider(p):    # its calendar and instrument lists are .txt files, not bars
+                raise InputError(f"{p}: a Qlib provider directory is read by `kline-store ingest {p} -o STORE`, "
+                                 f"alone; append and mixed inputs take CSV or Parquet files")
             found = _walk(p)
+            nested = next((f.parents[1] for f in found if f.parent.name in ("calendars", "instruments")
+                           and is_provider(f.parents[1])), None)
+            if nested is not None:
+                raise InputError(f"{p}: holds the Qlib provider directory {nested}: ingest it alone "
+                                 f"(`kline-store ingest {nested} -o STORE`)")
             if not found:
                 raise InputError(f"{p}: folder holds no .csv or .parquet file")
             files.extend(found)

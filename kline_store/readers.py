@@ -20,7 +20,7 @@ import numpy as np
 import polars as pl
 
 from . import adjust, columns as C, textscan
-from .dates import parse_dates
+from .dates import integral_float_dates, parse_dates
 from .errors import InputError
 from .inputs import is_parquet, location, symbol_from_name
 
@@ -94,8 +94,15 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
     mapping = C.resolve_columns(cols, user_map)
-    canon = set(mapping.values())
     src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern)
+    unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
+    if "date" not in mapping.values() and unnamed:
+        # pandas writes its index unnamed: to_csv() as the first column, to_parquet() as __index_level_0__
+        src.head = _head(src)
+        found = next((c for c in unnamed if _are_dates(src.head, c, path)), None)
+        if found is not None:
+            src.mapping = mapping = {found: "date", **mapping}
+    canon = set(mapping.values())
     if not src.symbol_column:
         symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
     if "date" not in canon:
@@ -106,7 +113,8 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     dropped = _unusable_types(src, schema, forced) if schema else []
     for col in dropped:
         del mapping[col]
-    src.head = _head(src)
+    if src.head is None:
+        src.head = _head(src)
     text = _text_extras(src, forced)
     for col in text:
         del mapping[col]
@@ -114,10 +122,21 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
     for c in [c for c in cols if re.search(r"_duplicated_\d+$", c) and c in mapping]:
         del mapping[c]   # polars' name for a repeated header ("close,close"): the first one is the field
-    shadowed = [c for c in cols if c not in mapping and C.normalise(c)
-                and not C.normalise(c).startswith("unnamed") and C.normalise(c) != "index" and c not in dropped]
+    shadowed = [c for c in cols if c not in mapping and not C.is_index_name(c) and c not in dropped]
     src.dropped = dropped + shadowed
     return src
+
+
+def _are_dates(head: pl.DataFrame | None, column: str, path: Path) -> bool:
+    """True when the first rows of ``column`` hold dates, and nothing else."""
+    if head is None:
+        return False
+    try:
+        cells = integral_float_dates(head[column], path, column, lambda i: location(path, int(i)))
+        parse_dates(cells, path, column, lambda i: location(path, int(i)))
+    except InputError:
+        return False
+    return cells.drop_nulls().len() > 0
 
 
 def _first_line(path: Path, data: bytes | None) -> bytes:
@@ -382,7 +401,12 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
             i = inf.arg_max()
             raise InputError(f"{src.where(df['_row'][i])}: column {c!r}: infinite value")
     rows = df["_row"]
-    dates = parse_dates(df["_date_raw"], src.path, src.date_column, lambda i: location(src.path, rows[int(i)]))
+
+    def where(i: int) -> str:
+        return location(src.path, rows[int(i)])
+
+    raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
+    dates = parse_dates(raw, src.path, src.date_column, where)
     return df.with_columns(dates).drop("_date_raw")
 
 

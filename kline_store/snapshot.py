@@ -18,6 +18,7 @@ import numpy as np
 
 from . import lock, manifest as mf, safefs, timeaxis as TA
 from .errors import InputError, StoreError
+from .progress import track
 
 STAGING = ".staging"     # scratch space of a running writer (see writer.py)
 # Full checksum on open for stores up to this many logical bytes ("auto"); larger ones check sizes only.
@@ -126,7 +127,7 @@ class Store:
         want = np.asarray(self.manifest["data"]["row_crc32"], dtype=np.uint32)
         problems = []
         panel = self._raw
-        for i in range(self.n_symbols):
+        for i in track(range(self.n_symbols), "checksums", unit="rows"):
             got = zlib.crc32(np.ascontiguousarray(panel[i, : self.n_dates]).data) if self.n_dates else 0
             if got != int(want[i]):
                 problems.append(f"{self.data_file.name}: checksum mismatch in row {i} (symbol {self.symbols[i]})")

@@ -21,6 +21,7 @@ from .config import config_key, device_kind, normalize_config, save_config
 from .dataset import KlineDataset
 from .errors import InputError
 from .placement import usable_cores
+from .progress import Progress
 from .timing import shut_down, time_batches
 
 __all__ = ["PREFETCH_DEPTHS", "Trial", "TuneResult", "measure_throughput", "next_trial", "recommend", "tune",
@@ -271,12 +272,15 @@ def tune(
             )
 
     trials: list[Trial] = []
+    bar = Progress(None, "tune", unit="trials")
     while (proposal := next_trial(trials, cores=cores, cuda=cuda, threshold=threshold)) is not None:
         stage, config = proposal
         trial = Trial(stage, config, float(measure(config)))
         trials.append(trial)
+        bar.step(note=stage)
         if progress is not None:
             progress(trial)
+    bar.close()
     best = recommend(trials, threshold)
     result = TuneResult(trials, best, config_key(window, batch_size, device), None)
     if save:

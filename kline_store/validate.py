@@ -26,10 +26,11 @@ class Problem:
     description: str
     count: int = 0
     examples: list[str] = field(default_factory=list)
+    unit: str = "bar(s)"          # what is counted
 
     def line(self) -> str:
         ex = "; ".join(self.examples)
-        return f"{self.kind}: {self.count} bar(s) {self.description} (first: {ex})"
+        return f"{self.kind}: {self.count} {self.unit} {self.description} (first: {ex})"
 
 
 def _price_at_most_zero(cols: set[str]) -> pl.Expr | None:

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import lock, manifest as mf, safefs, timeaxis as TA
 from .errors import InputError, StoreError, StoreLockedError
+from .progress import Progress
 from .snapshot import STAGING
 
 
@@ -116,6 +117,7 @@ class NewGeneration:
         self.path = staging_dir(store_dir) / mf.data_file_name(generation)
         self.crcs = np.zeros(rows, dtype=np.uint32)
         self.fd: int | None = None
+        self.progress: Progress | None = None
         with safefs.guard(store_dir, f"create {self.path.name}", self.size):
             self.fd = safefs.open_entry(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL)
             os.ftruncate(self.fd, self.size)                    # sparse: no block is allocated yet
@@ -128,6 +130,7 @@ class NewGeneration:
         except BaseException:
             self.abort()
             raise
+        self.progress = Progress(rows, "writing", unit="rows")   # blocks built, written and checksummed
 
     def write(self, lo: int, block: np.ndarray) -> None:
         """Write rows ``lo .. lo + len(block)`` (each [n_dates, n_fields] float32) and checksum them."""
@@ -137,9 +140,13 @@ class NewGeneration:
             for i in range(block.shape[0]):
                 safefs.write_all(self.fd, block[i].data, (lo + i) * self.stride)
         self.crcs[lo: lo + block.shape[0]] = mf.row_crcs(block)
+        if self.progress is not None:
+            self.progress.step(block.shape[0])
 
     def finish(self) -> dict:
         """Flush the file to disk and move it into the store; returns the manifest's ``data`` entry."""
+        if self.progress is not None:
+            self.progress.close()
         final = self.store_dir / self.path.name
         with safefs.guard(self.store_dir, f"write {self.path.name}"):
             os.fsync(self.fd)
@@ -152,6 +159,8 @@ class NewGeneration:
 
     def abort(self) -> None:
         """Close and remove the staging file (a failure path)."""
+        if self.progress is not None:
+            self.progress.close()
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None

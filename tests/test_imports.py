@@ -15,8 +15,9 @@ LAYERS = [
     # shared
     "errors", "progress",
     # ingest half: files -> store
-    "columns", "timeaxis", "sessions", "safefs", "manifest", "lock", "snapshot", "writer", "store", "inputs", "textscan", "dates", "adjust",
-    "readers", "validate", "bars", "panel", "report", "ingestion", "update", "exporter", "resample",
+    "columns", "timeaxis", "sessions", "safefs", "manifest", "lock", "snapshot", "writer", "store", "qlib_format",
+    "inputs", "textscan", "dates", "adjust", "readers", "validate", "bars", "panel", "report", "qlib_store",
+    "ingestion", "update", "exporter", "resample",
     # training half: store -> windows -> gather -> loader -> dataset
     "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
     "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",
