@@ -133,6 +133,8 @@ def test_options_that_do_not_apply(small, tmp_path):
         ([str(small), str(csv)], "a Qlib provider directory is ingested alone (2 inputs given)"),
         ([str(small), "--calendar", str(csv)], "its calendar is calendars/day.txt"),
         ([str(small), "--map", "px=close"], "--map: "),
+        ([str(small), "--freq", "5min"], "holds day bars; --freq/--sessions/--stamp do not apply"),
+        ([str(small), "--sessions", "ashare"], "holds day bars; --freq/--sessions/--stamp do not apply"),
     ]:
         r = run_cli("ingest", *args, "-o", str(tmp_path / "st"))
         assert r.returncode == 1 and message in r.stderr, r.stderr
