@@ -30,7 +30,7 @@ from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .errors import InputError
 from .placement import PLACEMENTS, background_priority, choose_placement, device_free_bytes, host_available_bytes, usable_cores
-from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
+from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch, stop_before_exit
 from .sampling import EpochBatches
 from .workers import ChunkFetch, ProcessPool
 
@@ -109,6 +109,7 @@ class _OrderAhead:
     def __init__(self, sampler: EpochBatches) -> None:
         self.sampler = sampler
         self._jobs: dict[int, tuple[threading.Thread, list[np.ndarray]]] = {}
+        stop_before_exit(self)
 
     def start(self, epoch: int) -> None:
         if epoch in self._jobs or not self.sampler.shuffle:
@@ -124,6 +125,11 @@ class _OrderAhead:
         th = threading.Thread(target=compute, name="kline-order", daemon=True)
         th.start()
         self._jobs[epoch] = (th, box)
+
+    def close(self) -> None:
+        """Wait for the orders being computed (at exit: a shuffle must not be cut off inside torch)."""
+        for th, _ in list(self._jobs.values()):
+            th.join()
 
     def install(self, epoch: int) -> None:
         job = self._jobs.pop(epoch, None)

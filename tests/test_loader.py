@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -18,6 +20,7 @@ from kline_store.cross_section import CrossSectionDataset
 from kline_store.dataset import KlineDataset
 from kline_store.errors import InputError
 from kline_store.loader import KlineLoader, chunk_plan
+from kline_store.synthetic import make_store as synthetic_store
 
 
 @pytest.fixture(scope="module")
@@ -274,3 +277,20 @@ def test_cross_section_loader(ds):
     assert _same(head + list(rest), batches)
     with pytest.raises(InputError, match="placement='device' needs"):
         xs.loader(batch_size=3, placement="device")
+
+
+def test_a_script_that_stops_mid_epoch_exits_cleanly(tmp_path):
+    """Leaving the loop and ending the script while gathers and the next epoch's shuffle still run in the
+    background: threads in torch kernels at interpreter finalisation once aborted the process (exit 134)."""
+    path = synthetic_store(tmp_path / "big", 500, 2500)   # 1.2M windows: the next order takes a while
+    script = tmp_path / "stop.py"
+    script.write_text(f"import kline_store as ks\n"
+                      f"ds = ks.KlineDataset({str(path)!r}, window=16)\n"
+                      f"for i, b in enumerate(ds.loader(batch_size=64, shuffle=True)):\n"
+                      f"    if i == 20:\n"
+                      f"        break\n"
+                      f"print('stopped')\n")
+    for _ in range(4):
+        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "stopped", (r.returncode, r.stderr[-500:])
+        assert "terminate called" not in r.stderr
