@@ -25,6 +25,10 @@ from .errors import InputError
 BLOCK = 4 << 20          # bytes looked at per step: bounded memory whatever the file size
 _NL, _CR, _QUOTE = 10, 13, 34
 _BOM = b"\xef\xbb\xbf"
+# Archives and compressed files users pass for a CSV (vendors ship zipped minute bars): named, not mis-decoded.
+_PACKED = ((b"PK\x03\x04", "a zip archive", "unzip it"), (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
+           (b"BZh", "bzip2-compressed", "bunzip2 it"), (b"\xfd7zXZ\x00", "xz-compressed", "unxz it"),
+           (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract it"), (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd it"))
 
 
 def map_file(path: Path) -> np.ndarray:
@@ -46,6 +50,9 @@ def detect_encoding(path: Path) -> tuple[str, bytes | None]:
     dec = None
     with open(path, "rb") as fh:
         n = fh.readinto(buf)
+        for magic, what, undo in _PACKED:
+            if bytes(buf[: len(magic)]) == magic:
+                raise InputError(f"{path}: {what}, not CSV text; {undo} and ingest the CSV file(s) inside")
         bom = bytes(buf[:3]) == _BOM
         start = 3 if bom else 0
         try:

@@ -114,3 +114,17 @@ def test_encoding_over_the_whole_file(tmp_path):
     bad.write_bytes(b"date,close\n2020-01-02,1\n\xff\xfe\xff\n")
     with pytest.raises(InputError, match=r"bad\.csv: line 3: neither UTF-8 nor GBK/GB18030"):
         T.detect_encoding(bad)
+
+
+def test_archives_and_compressed_files_are_named(tmp_path):
+    """A zipped or gzipped CSV (vendors ship minute bars so) is named as such, not reported as bad text."""
+    import gzip
+    import zipfile
+    text = "date,close\n2020-01-02,1\n"
+    with zipfile.ZipFile(tmp_path / "bars.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("bars.csv", text)
+    (tmp_path / "bars.csv.gz").write_bytes(gzip.compress(text.encode()))
+    for name, what in (("bars.zip", "a zip archive, not CSV text; unzip it"),
+                       ("bars.csv.gz", "gzip-compressed, not CSV text; gunzip it")):
+        with pytest.raises(InputError, match=f"{name}: {what}"):
+            T.detect_encoding(tmp_path / name)
