@@ -49,7 +49,7 @@ from .store import open_store
 from .timing import shut_down, time_batches
 
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
-VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "first_epoch", "workers_0", "workers_2",
+VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "later_epoch", "first_epoch", "workers_0", "workers_2",
             "recipe_kwargs", "processes_2", "dataloader", "dataloader_2", "dataloader_recipe", "getitem",
             "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem")
 CLASSIC = ("classic_dl4", "classic_dl0", "file_read", "memmap_prefetch")
@@ -59,6 +59,7 @@ LABELS = {
     "ceiling": "bare index_select of the same windows, pages resident (best method)",
     "ceiling_first_touch": "bare index_select per batch, first pass over a fresh mapping",
     "kline_store": "ds.loader(batch_size=B, shuffle=True)",
+    "later_epoch": "ds.loader(...) a whole later epoch of a loader in use (its next shuffle included)",
     "first_epoch": "ds.loader(...) whole first epoch after opening the store, its shuffle included",
     "workers_0": "ds.loader(..., num_workers=0)",
     "workers_2": "ds.loader(..., num_workers=2)",
@@ -254,6 +255,14 @@ def _measure_loud(name: str, run: _Run) -> tuple[float, int, str]:
         return _ceiling_first_touch(ds, run.start, b), len(run.start), ""
     if name == "kline_store":
         return _loader_rate(lambda: ds.loader(batch_size=b, seed=run.seed), n, 8), n, ""
+    if name == "later_epoch":   # a training run's steady state: no start-up, one background shuffle per epoch
+        ld = ds.loader(batch_size=b, seed=run.seed)
+        time_batches(ld, samples=n, warmup_batches=0)   # start-up: first order, threads, buffers
+        ld.set_epoch(1)                                  # its order was shuffled in the background meanwhile
+        m = min(5 * n, len(ds))
+        t = time_batches(ld, samples=m - b, warmup_batches=0)
+        shut_down(ld)
+        return t.samples_per_s, t.samples, ""
     if name == "first_epoch":
         fresh = KlineDataset(run.store, window=ds.window, fields=run.fields)   # opened as a user would
         ld = fresh.loader(batch_size=b, seed=run.seed)

@@ -408,10 +408,12 @@ class KlineLoader:
         if n_threads == 0:   # on demand, one chunk at a time, in a helper thread kept off OpenMP
             if self._sync is None:
                 self._sync = SingleThreaded()
-            for item in items(chunks):
-                yield self._sync.call(work, item)
-            if ring is not None:
-                self._passes -= 1
+            try:
+                for item in items(chunks):
+                    yield self._sync.call(work, item)
+            finally:   # also when the pass is abandoned (a `break`): the next pass reuses the ring
+                if ring is not None:
+                    self._passes -= 1
             return
         with KeepTorchThreads():  # the constructor returns once every thread has lowered its own count
             pf: OrderedPrefetcher[Any, Any] = OrderedPrefetcher(items(chunks), work, n_threads=n_threads,

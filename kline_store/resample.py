@@ -71,21 +71,35 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
 
 def _session_opens(first_clock: np.ndarray, first_day: np.ndarray, sessions: SE.Sessions | None, step: int,
                    stamp_end: bool) -> np.ndarray:
-    """The open (minute of day) of each session: the template's, else the usual first bar of that session of
-    the day (a session whose first minutes are missing that day keeps the usual open)."""
-    ordinal = np.arange(len(first_clock)) - np.searchsorted(first_day, first_day)   # session number in its day
+    """The open (minute of day) of each session of the calendar.
+
+    With a template: the open of the template's session that holds the session's first bar. Without one, the
+    opens are learnt from the data. First bars within an hour of each other are one kind of session (the
+    morning's, the afternoon's); its open is their most common time (the earliest among ties), and a session of
+    that kind starting later (its first minutes missing that day) keeps it, while one starting earlier is its
+    own open. A kind seen on fewer than a quarter of the days (a session restarting after a long halt) is not an
+    open: such a session keeps the latest usual open before it, so its periods stay on the day's grid.
+    """
+    guess = first_clock - (step if stamp_end else 0)
     if sessions is not None:
         opens_of = np.array([a for a, _ in sessions.intervals], dtype=np.int64)
-        ordinal = np.minimum(ordinal, len(opens_of) - 1)
-        return opens_of[ordinal]
-    guess = first_clock - (step if stamp_end else 0)
-    out = np.empty_like(guess)
-    for j in np.unique(ordinal):
-        mine = ordinal == j
-        values, counts = np.unique(guess[mine], return_counts=True)
-        usual = values[np.argmax(counts)]
-        out[mine] = np.where(guess[mine] >= usual, usual, guess[mine])   # earlier than usual: its own open
-    return out
+        at = np.searchsorted(opens_of, guess, side="right") - 1
+        return np.where(at >= 0, opens_of[np.maximum(at, 0)], guess)
+    values, inverse, counts = np.unique(guess, return_inverse=True, return_counts=True)
+    kind = np.cumsum(np.r_[True, np.diff(values) >= 60]) - 1            # kind of each distinct first time
+    n_kinds = int(kind[-1]) + 1
+    usual = np.empty(n_kinds, dtype=np.int64)
+    for c in range(n_kinds):
+        mine = np.flatnonzero(kind == c)
+        usual[c] = values[mine[np.argmax(counts[mine])]]                 # argmax: the earliest among ties
+    days_of_kind = np.array([len(np.unique(first_day[kind[inverse] == c])) for c in range(n_kinds)])
+    real = days_of_kind * 4 >= max(1, len(np.unique(first_day)))
+    own = usual[kind[inverse]]
+    out = np.where(guess >= own, own, guess)
+    real_opens = usual[real]
+    at = np.searchsorted(real_opens, guess, side="right") - 1            # for sessions of a rare kind
+    fallback = np.where(at >= 0, real_opens[np.maximum(at, 0)], guess)
+    return np.where(real[kind[inverse]], out, fallback)
 
 
 def aggregate(block: np.ndarray, starts: np.ndarray, fields: list[str]) -> np.ndarray:

@@ -114,12 +114,18 @@ def calendar(minute_keys: np.ndarray, sessions: Sessions, freq: str) -> np.ndarr
     return (days[:, None] * TA.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
 
 
+# A gap in a calendar longer than a bar plus this is a break between sessions; a shorter one is missing bars
+# (no exchange has a lunch break under an hour, and a minute with no trade must not start a new session).
+BREAK_MINUTES = 30
+
+
 def session_ids(minute_keys: np.ndarray, freq: str) -> np.ndarray:
-    """Session number of each stamp of a calendar: a new session starts on a new date or after a gap longer than
-    one bar (the lunch break)."""
+    """Session number of each stamp of a calendar: a new session starts on a new date or after a gap of more
+    than a bar plus BREAK_MINUTES (the lunch break), never at a missing bar or two."""
     k = np.asarray(minute_keys, dtype=np.int64)
     if k.size == 0:
         return np.zeros(0, dtype=np.int64)
     new = np.ones(len(k), dtype=bool)
-    new[1:] = (np.diff(k) > TA.minutes(freq)) | (k[1:] // TA.MINUTES_PER_DAY != k[:-1] // TA.MINUTES_PER_DAY)
+    new[1:] = (np.diff(k) > TA.minutes(freq) + BREAK_MINUTES) | \
+        (k[1:] // TA.MINUTES_PER_DAY != k[:-1] // TA.MINUTES_PER_DAY)
     return np.cumsum(new) - 1

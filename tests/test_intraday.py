@@ -137,6 +137,22 @@ def test_four_years_with_missing_minutes_on_the_session_calendar(real, tmp_path)
     assert len(missing) == 1 and missing[0] not in set(stamps)
 
 
+def test_resampling_stays_on_the_grid_when_minutes_are_missing(real, tmp_path):
+    """Without a session template the calendar is the input's stamps: a missing minute (14:59 on 117 days) once
+    started a new session and shifted every later period of that day off the grid (09:42, 10:37, 12:01, ...)."""
+    with zipfile.ZipFile(real / "intraday_ashare_1min" / "000001.XSHG_1min.zip") as z:
+        z.extractall(tmp_path)
+    ingest([tmp_path / "000001.XSHG_1min.csv"], tmp_path / "s")
+    for freq, grid, per_day in (("5min", [m for a, b in ((570, 690), (780, 900)) for m in range(a + 5, b + 1, 5)],
+                                 48),
+                                ("60min", [630, 690, 840, 900], 4)):
+        resample(tmp_path / "s", tmp_path / freq, freq)
+        minute = open_store(tmp_path / freq).dates.astype(np.int64)
+        assert np.isin(minute % 1440, grid).all(), np.unique(minute[~np.isin(minute % 1440, grid)] % 1440)
+        counts = np.unique(minute // 1440, return_counts=True)[1]
+        assert (counts == per_day).sum() == 998 and counts.max() == per_day   # all but the 17- and 142-bar days
+
+
 def test_bars_outside_the_sessions_are_errors(tmp_path):
     p = write(tmp_path / "m.csv", "dt,close\n2024-01-02 09:31,1\n2024-01-02 09:32,2\n2024-01-02 12:00,3\n")
     with pytest.raises(InputError, match=r"1 bar\(s\) at 1 time\(s\) not in the calendar \(2024-01-02 12:00\).*m.csv line 4"):

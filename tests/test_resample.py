@@ -28,6 +28,16 @@ def test_hours_of_an_ashare_day_even_with_a_missing_first_minute():
     assert periods(start, "60min", "240min", SE.load("24h")).keys[:2].tolist() == [DAY, DAY + 240]
 
 
+def test_a_halt_keeps_the_periods_on_the_days_grid():
+    """A 45-minute halt (no bar of any symbol) on one day of five: the bars after it stay in their hours."""
+    cal = _day(SE.load("ashare").day_stamps("1min"))
+    days = [cal + d * 1440 for d in range(5)]
+    clock = days[2] % 1440
+    days[2] = days[2][(clock <= 600) | (clock > 645)]                      # nothing from 10:01 to 10:45
+    p = periods(np.concatenate(days), "1min", "60min")
+    assert {int(k % 1440) for k in p.keys} == {630, 690, 840, 900} and len(p.keys) == 20
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 2**32 - 1), st.integers(1, 8), st.sampled_from([0.0, 0.3, 1.0]))
 def test_aggregate_matches_a_plain_reference(seed, k, holes):
