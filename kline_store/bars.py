@@ -326,6 +326,11 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     if f is None:
         f = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if bars.intraday \
             else TA.DAILY
+    finer = TA.finer_than(f, np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if freq else None
+    if finer is not None:
+        raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
+                         f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
+                         f"then resample the store)")
     if sessions is not None and f == TA.DAILY:
         raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
     if stamp is not None and sessions is None:

@@ -73,6 +73,19 @@ def show(key: int, unit_: str) -> str:
     return iso(stamps(np.array([key]), unit_))[0].replace("T", " ")
 
 
+def finer_than(freq: str, minute_keys: np.ndarray, symbol_codes: np.ndarray) -> int | None:
+    """Index (into the inputs) of a bar less than one ``freq`` after the symbol's previous bar of the same day,
+    or None: bars finer than the bar size they are said to have."""
+    if freq == DAILY or len(minute_keys) < 2:
+        return None
+    order = np.lexsort((minute_keys, symbol_codes))
+    t, s = minute_keys[order], symbol_codes[order]
+    close = (s[1:] == s[:-1]) & (t[1:] // MINUTES_PER_DAY == t[:-1] // MINUTES_PER_DAY) & \
+        (np.diff(t) < minutes(freq)) & (np.diff(t) > 0)
+    hit = np.flatnonzero(close)
+    return int(order[hit[0] + 1]) if hit.size else None
+
+
 def detect_freq(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> str:
     """The bar size of intraday bars: the most common gap between a symbol's consecutive bars of one day.
 

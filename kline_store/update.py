@@ -130,6 +130,15 @@ def make_plan(old: Store, bars: Bars) -> Plan:
                          f"them, or ingest them into an intraday store")
     old_days = old.dates.astype(np.int64)   # keys: days, or minutes of an intraday store
     days = bars.keys(axis.unit)
+    if axis.freq != TA.DAILY:
+        midnight = days % TA.MINUTES_PER_DAY == 0
+        if midnight.all() and not (old_days % TA.MINUTES_PER_DAY == 0).any():
+            raise InputError(f"{bars.where(0)}: bars without a time of day (daily bars?) for {old.path}, an "
+                             f"intraday store ({axis.freq}) with no bar at midnight")
+        finer = TA.finer_than(axis.freq, days, np.asarray(bars.sym))
+        if finer is not None:
+            raise InputError(f"{bars.where(finer)}: bar at {TA.show(int(days[finer]), 'm')} is less than "
+                             f"{axis.freq} after the symbol's previous bar: finer than the store's bars")
     if axis.sessions is not None:           # the new trading dates bring every bar of their sessions
         new_keys = days[~np.isin(days // TA.MINUTES_PER_DAY, old_days // TA.MINUTES_PER_DAY)]
         cal = np.union1d(old_days, np.union1d(days, SE.calendar(new_keys, axis.sessions, axis.freq)

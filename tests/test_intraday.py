@@ -208,3 +208,18 @@ def test_bar_size_options_and_messages(real, tmp_path):
     assert open_store(tmp_path / "dd").freq == "1d"                               # a close stamp stays daily
     with pytest.raises(InputError, match="applies to intraday"):
         ingest([daily], tmp_path / "ds", sessions="ashare")
+    # a bar size the stamps contradict, and bars an intraday store cannot take, are refused naming the line
+    r = run_cli("ingest", str(real / MIN), "-o", str(tmp_path / "m5"), "--freq", "5min")
+    assert r.returncode == 1 and "MIN.csv line 3: --freq 5min: bar at 2020-07-01 09:32 is less than 5min" in r.stderr
+    assert not (tmp_path / "m5").exists()
+    ingest([real / MIN], tmp_path / "m1")
+    days = write(tmp_path / "days.csv", "symbol,dt,open,close,high,low,vol\n000001.XSHG,2020-07-16,1,1,1,1,1\n")
+    with pytest.raises(InputError, match=r"days\.csv line 2: bars without a time of day \(daily bars\?\)"):
+        append(tmp_path / "m1", [days])                          # 2020-07-16 00:00 among the minutes, once
+    assert open_store(tmp_path / "m1").n_dates == 2640
+    ingest([p], tmp_path / "fx2")
+    before = open_store(tmp_path / "fx2").dates.copy()
+    finer = write(tmp_path / "m1.csv", "time,open,high,low,close\n2024-01-04 09:00,1,1,1,1\n2024-01-04 09:01,1,1,1,1\n")
+    with pytest.raises(InputError, match=r"m1\.csv line 3: bar at 2024-01-04 09:01 is less than 60min after"):
+        append(tmp_path / "fx2", [finer])
+    assert np.array_equal(open_store(tmp_path / "fx2").dates, before)
