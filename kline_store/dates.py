@@ -118,6 +118,12 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     if dt not in (pl.String, pl.Categorical) and not isinstance(dt, pl.Enum):
         raise InputError(f"{path}: date column {name!r} has type {dt}; expected dates, text or YYYYMMDD numbers")
     text = uniq.cast(pl.String).str.strip_chars()
+    for digits, fmt in ((12, "%Y%m%d%H%M"), (14, "%Y%m%d%H%M%S")):   # YYYYMMDDHHMM[SS] written as text
+        if text.len() and text.str.contains(rf"^\d{{{digits}}}$").all():
+            out = text.str.to_datetime(fmt, strict=False, time_unit="ms")
+            if out.null_count():
+                raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDDHHMM" + ("SS" if digits == 14 else ""))
+            return out
     clock = None
     if text.str.contains(r"[\sT]\d").any():
         # A time of day ("2006-11-07 15:00:00", "2020-07-01 09:31", "2020-01-02T00:00:00Z"): kept apart.
@@ -154,8 +160,8 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
 
 
 def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
-    """YYYYMMDD written as floats (``19991110.0``: pandas writes an int column so once it held a NaN) as
-    the integers they are; any other column as it is. Text only: a float-typed column is parsed as numbers.
+    """YYYYMMDD (or YYYYMMDDHHMM[SS]) written as floats (``19991110.0``: pandas writes an int column so once it
+    held a NaN) as the integers they are; any other column as it is. Text only: a float-typed column is parsed as numbers.
 
     Raises:
         InputError: a column of such floats holds one with a fraction (``20240103.5``), named with its line.
@@ -164,9 +170,9 @@ def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) ->
         return raw
     text = raw.str.strip_chars()
     cells = text.drop_nulls()
-    if cells.len() == 0 or not cells.str.contains(r"^\d{8}\.\d*$").all():
+    if cells.len() == 0 or not cells.str.contains(r"^(\d{8}|\d{12}|\d{14})\.\d*$").all():
         return raw
-    whole = text.str.contains(r"^\d{8}\.0*$")
+    whole = text.str.contains(r"^\d+\.0*$")
     if not whole.fill_null(True).all():
         i = int((~whole.fill_null(True)).arg_max())
         raise InputError(f"{path}: {line(i)}: unparseable date {C.short(raw[i])} in column {column!r} "

@@ -31,6 +31,11 @@ def test_numeric_stamps():
         parse([19991110.5], pl.Float64)
     with pytest.raises(InputError, match="a time of day"):
         parse(["2020-07-01 25:61"], fn=parse_dates)
+    # the same as text in a CSV (the error message listed the form as accepted, and the text was refused)
+    assert str(parse(["202007010931", "202007011500"], fn=parse_dates)[1]) == "2020-07-01 15:00:00"
+    assert str(parse([" 20200701093130 "], fn=parse_dates)[0]) == "2020-07-01 09:31:30"
+    with pytest.raises(InputError, match="line 3: unparseable date '202007010961' .*expected YYYYMMDDHHMM"):
+        parse(["202007010931", "202007010961"], fn=parse_dates)
 
 
 @pytest.mark.parametrize("cell", ["20240102", "2024-01-02", "2024-01-02 15:00:00", "1/2/2024", "2024/01/02",
@@ -66,3 +71,13 @@ def test_typed_dates_out_of_range():
     import datetime
     with pytest.raises(InputError, match="outside 1800-01-01..2200-12-31"):
         parse([datetime.date(1, 1, 1)], pl.Date)
+
+
+def test_integral_float_stamps_with_a_time_of_day():
+    """pandas writes a YYYYMMDDHHMM column that once held a NaN as 202007010931.0."""
+    from kline_store.dates import integral_float_dates
+    out = integral_float_dates(pl.Series("d", ["202007010931.0", "202007010932.0", None]), Path("f.csv"), "d",
+                               lambda i: f"line {int(i) + 2}")
+    assert out.to_list() == [202007010931, 202007010932, None]
+    with pytest.raises(InputError, match="line 2: unparseable date '202007010931.5'"):
+        integral_float_dates(pl.Series("d", ["202007010931.5"]), Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
