@@ -48,15 +48,16 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
         sessions: the source's session template (its opens and its stamp convention), if it has one.
     """
     keys = np.asarray(src_keys, dtype=np.int64)
-    day = keys // TA.MINUTES_PER_DAY
+    midnight_end = sessions is not None and sessions.stamp == "end"   # a 24:00 bar ends its own day
+    day = SE.trading_day(keys, midnight_end)
     if freq == TA.DAILY:
         period_key = day
     else:
         step, k = TA.minutes(src_freq), TA.minutes(freq)
         stamp_end = sessions is None or sessions.stamp == "end"
-        sid = SE.session_ids(keys, src_freq)
+        sid = SE.session_ids(keys, src_freq, midnight_end)
         first = np.flatnonzero(np.r_[True, np.diff(sid) != 0])              # first bar of each session
-        clock = keys % TA.MINUTES_PER_DAY
+        clock = keys - day * TA.MINUTES_PER_DAY                              # 1..1440 for a 24:00 bar
         opens = _session_opens(clock[first], day[first], sessions, step, stamp_end)
         open_ = np.repeat(opens, np.diff(np.r_[first, len(keys)]))
         offset = clock - open_

@@ -109,7 +109,7 @@ def load(spec: str | os.PathLike, stamp: str | None = None) -> Sessions:
 
 def calendar(minute_keys: np.ndarray, sessions: Sessions, freq: str) -> np.ndarray:
     """Every session bar (minute keys) of every trading date on which the bars have a stamp."""
-    days = np.unique(np.asarray(minute_keys, dtype=np.int64) // TA.MINUTES_PER_DAY)
+    days = np.unique(trading_day(minute_keys, sessions.stamp == "end"))
     day_stamps = sessions.day_stamps(freq)
     return (days[:, None] * TA.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
 
@@ -119,13 +119,20 @@ def calendar(minute_keys: np.ndarray, sessions: Sessions, freq: str) -> np.ndarr
 BREAK_MINUTES = 30
 
 
-def session_ids(minute_keys: np.ndarray, freq: str) -> np.ndarray:
+def trading_day(minute_keys: np.ndarray, end_stamped: bool = False) -> np.ndarray:
+    """The date (days since 1970) each bar belongs to. A bar stamped with its end at midnight (24:00, the last
+    bar of a 24-hour session) belongs to the day it ends, not to the next."""
+    k = np.asarray(minute_keys, dtype=np.int64)
+    return (k - 1) // TA.MINUTES_PER_DAY if end_stamped else k // TA.MINUTES_PER_DAY
+
+
+def session_ids(minute_keys: np.ndarray, freq: str, end_stamped: bool = False) -> np.ndarray:
     """Session number of each stamp of a calendar: a new session starts on a new date or after a gap of more
     than a bar plus BREAK_MINUTES (the lunch break), never at a missing bar or two."""
     k = np.asarray(minute_keys, dtype=np.int64)
     if k.size == 0:
         return np.zeros(0, dtype=np.int64)
+    day = trading_day(k, end_stamped)
     new = np.ones(len(k), dtype=bool)
-    new[1:] = (np.diff(k) > TA.minutes(freq) + BREAK_MINUTES) | \
-        (k[1:] // TA.MINUTES_PER_DAY != k[:-1] // TA.MINUTES_PER_DAY)
+    new[1:] = (np.diff(k) > TA.minutes(freq) + BREAK_MINUTES) | (day[1:] != day[:-1])
     return np.cumsum(new) - 1

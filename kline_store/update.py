@@ -140,7 +140,8 @@ def make_plan(old: Store, bars: Bars) -> Plan:
             raise InputError(f"{bars.where(finer)}: bar at {TA.show(int(days[finer]), 'm')} is less than "
                              f"{axis.freq} after the symbol's previous bar: finer than the store's bars")
     if axis.sessions is not None:           # the new trading dates bring every bar of their sessions
-        new_keys = days[~np.isin(days // TA.MINUTES_PER_DAY, old_days // TA.MINUTES_PER_DAY)]
+        end = axis.sessions.stamp == "end"
+        new_keys = days[~np.isin(SE.trading_day(days, end), SE.trading_day(old_days, end))]
         cal = np.union1d(old_days, np.union1d(days, SE.calendar(new_keys, axis.sessions, axis.freq)
                                               if new_keys.size else new_keys))
         outside = ~np.isin(days, cal)

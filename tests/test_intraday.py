@@ -223,3 +223,19 @@ def test_bar_size_options_and_messages(real, tmp_path):
     with pytest.raises(InputError, match=r"m1\.csv line 3: bar at 2024-01-04 09:01 is less than 60min after"):
         append(tmp_path / "fx2", [finer])
     assert np.array_equal(open_store(tmp_path / "fx2").dates, before)
+
+
+def test_a_24_hour_day_stamped_at_its_end_keeps_its_midnight_bar(tmp_path):
+    """Bars stamped 00:01 .. 24:00: the 24:00 bar once opened a phantom NaN day and a stray daily bar of 1."""
+    stamps = np.datetime64("2021-01-04T00:01") + np.arange(2 * 1440).astype("timedelta64[m]")
+    pl.DataFrame({"time": stamps.astype("datetime64[ms]"), "open": 1.0, "high": 1.0, "low": 1.0, "close": 1.0,
+                  "volume": 1.0}).write_csv(tmp_path / "btc.csv")
+    ingest([tmp_path / "btc.csv"], tmp_path / "s", sessions="24h", stamp="end")
+    st = open_store(tmp_path / "s")
+    assert st.n_dates == 2880 and str(st.dates[-1]) == "2021-01-06T00:00" and np.isfinite(st.array("close")).all()
+    resample(tmp_path / "s", tmp_path / "d", "1d")
+    d = open_store(tmp_path / "d")
+    assert [str(x) for x in d.dates] == ["2021-01-04", "2021-01-05"] and d.array("volume")[0].tolist() == [1440] * 2
+    resample(tmp_path / "s", tmp_path / "h", "60min")
+    h = open_store(tmp_path / "h")
+    assert h.n_dates == 48 and str(h.dates[-1]) == "2021-01-06T00:00" and (h.array("volume")[0] == 60).all()
