@@ -340,7 +340,7 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
 
 def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:
     """A new store's calendar (sorted keys): the union of the bars' keys, a calendar file's dates (daily), or
-    every session bar of every trading date (intraday with a template)."""
+    every session bar of every trading date up to the last bar (intraday with a template)."""
     if calendar_file is not None:
         if axis.freq != TA.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")

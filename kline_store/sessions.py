@@ -108,10 +108,16 @@ def load(spec: str | os.PathLike, stamp: str | None = None) -> Sessions:
 
 
 def calendar(minute_keys: np.ndarray, sessions: Sessions, freq: str) -> np.ndarray:
-    """Every session bar (minute keys) of every trading date on which the bars have a stamp."""
-    days = np.unique(trading_day(minute_keys, sessions.stamp == "end"))
+    """Every session bar (minute keys) of every trading date on which the bars have a stamp, up to the last
+    stamp: a day still trading ends at its latest bar, so the rest of it is appended at the tail later (cells
+    laid out for bars not yet received would turn their arrival into revisions and a rewrite)."""
+    keys = np.asarray(minute_keys, dtype=np.int64)
+    if keys.size == 0:
+        return keys
+    days = np.unique(trading_day(keys, sessions.stamp == "end"))
     day_stamps = sessions.day_stamps(freq)
-    return (days[:, None] * TA.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
+    cal = (days[:, None] * TA.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
+    return cal[cal <= keys.max()]
 
 
 # A gap in a calendar longer than a bar plus this is a break between sessions; a shorter one is missing bars

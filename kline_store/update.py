@@ -139,11 +139,11 @@ def make_plan(old: Store, bars: Bars) -> Plan:
         if finer is not None:
             raise InputError(f"{bars.where(finer)}: bar at {TA.show(int(days[finer]), 'm')} is less than "
                              f"{axis.freq} after the symbol's previous bar: finer than the store's bars")
-    if axis.sessions is not None:           # the new trading dates bring every bar of their sessions
-        end = axis.sessions.stamp == "end"
-        new_keys = days[~np.isin(SE.trading_day(days, end), SE.trading_day(old_days, end))]
-        cal = np.union1d(old_days, np.union1d(days, SE.calendar(new_keys, axis.sessions, axis.freq)
-                                              if new_keys.size else new_keys))
+    if axis.sessions is not None:
+        # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
+        # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
+        cal = np.union1d(old_days, np.union1d(days, SE.calendar(np.r_[days, old_days[-1:]], axis.sessions,
+                                                                axis.freq)))
         outside = ~np.isin(days, cal)
         if outside.any():
             i = int(np.flatnonzero(outside)[0])

@@ -239,3 +239,22 @@ def test_a_24_hour_day_stamped_at_its_end_keeps_its_midnight_bar(tmp_path):
     resample(tmp_path / "s", tmp_path / "h", "60min")
     h = open_store(tmp_path / "h")
     assert h.n_dates == 48 and str(h.dates[-1]) == "2021-01-06T00:00" and (h.array("volume")[0] == 60).all()
+
+
+def test_the_rest_of_a_trading_day_appends_at_the_tail(real, tmp_path):
+    """With --sessions, a morning's bars then the afternoon's: the afternoon once counted as 600 revised cells
+    and rewrote the whole data file (the morning's append had laid out the afternoon as NaN)."""
+    src = pl.read_csv(real / MIN)
+    last = src["dt"].str.starts_with("2020-07-15")
+    morning = last & (src["dt"].str.slice(11, 5) <= "11:30")
+    parts = {"base": src.filter(~last), "am": src.filter(morning), "pm": src.filter(last & ~morning)}
+    for name, df in parts.items():
+        df.write_csv(tmp_path / f"{name}.csv")
+    ingest([tmp_path / "base.csv"], tmp_path / "s", sessions="ashare")
+    for name in ("am", "pm"):
+        rep = append(tmp_path / "s", [tmp_path / f"{name}.csv"])
+        assert rep.extra["mode"] == "tail" and rep.extra["revised cells"].startswith("0 "), rep.extra
+    assert sorted(p.name for p in (tmp_path / "s").glob("data-*.f32")) == ["data-g000001.f32"]
+    ingest([real / MIN], tmp_path / "full", sessions="ashare")
+    a, b = open_store(tmp_path / "s"), open_store(tmp_path / "full")
+    assert np.array_equal(a.dates, b.dates) and np.array_equal(a.panel, b.panel, equal_nan=True)

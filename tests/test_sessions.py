@@ -39,6 +39,9 @@ def test_calendar_and_session_ids():
     day = 18444 * 1440
     bars = np.array([day + 9 * 60 + 35, day + 14 * 60, day + 1440 + 10 * 60])
     cal = SE.calendar(bars, SE.load("ashare"), "1min")
-    assert len(cal) == 480 and cal[0] == day + 571 and np.isin(bars, cal).all()
+    # every session bar of the first date; the second, still trading, up to its last bar (10:00)
+    assert len(cal) == 240 + 30 and cal[0] == day + 571 and cal[-1] == bars[-1] and np.isin(bars, cal).all()
+    cal = SE.calendar(np.r_[bars, day + 1440 + 900], SE.load("ashare"), "1min")
+    assert len(cal) == 480
     ids = SE.session_ids(cal, "1min")
     assert ids.max() == 3 and (np.diff(ids) >= 0).all() and ids[119] == 0 and ids[120] == 1
