@@ -58,9 +58,10 @@ def normalise(name: str) -> str:
 
 def is_index_name(name: str) -> bool:
     """A column pandas writes for its index: ``''`` (``to_csv()``), ``Unnamed: 0``, ``index``,
-    ``__index_level_0__`` (``to_parquet()``)."""
+    ``__index_level_0__`` (``to_parquet()``); or a row number a database export adds, ``id`` (czsc's minute
+    files): never a feature of a bar."""
     key = normalise(name)
-    return not key or key.startswith(("unnamed", "index_level_")) or key == "index"
+    return not key or key.startswith(("unnamed", "index_level_")) or key in ("index", "id")
 
 
 def parse_mapping(pairs: list[str] | tuple[str, ...] | None) -> dict[str, str]:

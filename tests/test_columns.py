@@ -26,6 +26,9 @@ def test_pandas_index_column_is_ignored_and_first_alias_wins():
     got = C.resolve_columns(["Unnamed: 0", "ts_code", "code", "date", "close"])
     assert "Unnamed: 0" not in got
     assert got["ts_code"] == "symbol" and "code" not in got
+    # a row number (czsc's minute files: symbol,id,dt,...) is no field; --map keeps it when asked
+    assert "id" not in C.resolve_columns(["symbol", "id", "dt", "close"])
+    assert C.resolve_columns(["symbol", "id", "dt", "close"], {"id": "id"})["id"] == "id"
 
 
 def test_user_map_wins_over_aliases():
