@@ -262,11 +262,11 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
         raise InputError(f"{p}: no such calendar file")
     try:
         if is_parquet(p):
-            df = pl.read_parquet(p)
+            df = pl.read_parquet(p, glob=False)
         else:
             first = p.read_text(errors="replace").splitlines()[:1]
             header = bool(first) and not any(ch.isdigit() for ch in first[0])
-            df = pl.read_csv(p, has_header=header, infer_schema_length=0)
+            df = pl.read_csv(p, has_header=header, infer_schema_length=0, glob=False)
     except Exception as exc:  # polars raises many kinds; all mean "unreadable"
         raise InputError(f"{p}: cannot read calendar ({' '.join(str(exc).split())[:200]})") from None
     col = next((c for c in df.columns if C.ALIASES.get(C.normalise(c)) == "date"), df.columns[0])

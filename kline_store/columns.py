@@ -95,15 +95,23 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
     """
     user_map = user_map or {}
     out: dict[str, str] = {}
+    # The fields --map asks for are taken first: "--map 'Adj Close=close'" must win over a "Close" column that
+    # comes earlier in the header (which is then left out, and reported).
+    mapped = {col: user_map[col] for col in columns if col in user_map}
     taken: set[str] = set()
+    for col, dst in mapped.items():
+        if dst in taken:
+            first = next(c for c, d in mapped.items() if d == dst)
+            raise InputError(f"--map: columns {first!r} and {col!r} both map to {dst!r}; map one of them")
+        taken.add(dst)
     for col in columns:
-        if col in user_map:
-            dst = user_map[col]
-        else:
-            if is_index_name(col):
-                continue  # pandas index columns written by to_csv(); see readers.inspect_source for dates
-            key = normalise(col)
-            dst = ALIASES.get(key, key)
+        if col in mapped:
+            out[col] = mapped[col]
+            continue
+        if is_index_name(col):
+            continue  # pandas index columns written by to_csv(); see readers.inspect_source for dates
+        key = normalise(col)
+        dst = ALIASES.get(key, key)
         if dst in taken:
             continue
         taken.add(dst)

@@ -76,7 +76,8 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     schema: dict[str, pl.DataType] = {}
     try:
         if is_parquet(path):
-            schema = dict(pl.read_parquet_schema(path))
+            with open(path, "rb") as fh:   # a file object: polars would expand * or [ ] in a name
+                schema = dict(pl.read_parquet_schema(fh))
             cols = list(schema)
             enc, data, sep = "parquet", None, ","
         else:
@@ -235,7 +236,7 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
     ``data``: CSV bytes to parse instead of the file (a piece of it); ``row_offset``: its first data row.
     """
     if is_parquet(src.path):
-        lf = pl.scan_parquet(src.path)
+        lf = pl.scan_parquet(src.path, glob=False)   # a name may hold * or [ ]
         if isinstance(data, tuple):   # a slice of a big file (see _parquet_slices)
             lf = lf.slice(*data)
     else:
@@ -250,7 +251,7 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
         # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
         # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES if text_only else None)
+                         null_values=C.NULL_VALUES if text_only else None, glob=False)
     return lf.with_row_index("_row", offset=row_offset)
 
 

@@ -92,7 +92,7 @@ def load(spec: str | os.PathLike, stamp: str | None = None) -> Sessions:
         if not path.is_file():
             raise InputError(f"--sessions {name!r}: not a template ({', '.join(TEMPLATES)}) nor a file")
         try:
-            df = pl.read_csv(path, infer_schema_length=0)
+            df = pl.read_csv(path, infer_schema_length=0, glob=False)
         except Exception as exc:   # polars raises many kinds; all mean "unreadable"
             raise InputError(f"{path}: cannot read sessions ({' '.join(str(exc).split())[:200]})") from None
         cols = {c.strip().lower(): c for c in df.columns}

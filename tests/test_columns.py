@@ -31,6 +31,14 @@ def test_pandas_index_column_is_ignored_and_first_alias_wins():
     assert C.resolve_columns(["symbol", "id", "dt", "close"], {"id": "id"})["id"] == "id"
 
 
+def test_user_map_wins_over_an_earlier_column_of_that_field():
+    """--map 'Adj Close=close' once lost to the 'Close' column before it: close kept the unadjusted price."""
+    got = C.resolve_columns(["Date", "Close", "Adj Close"], {"Adj Close": "close"})
+    assert got == {"Date": "date", "Adj Close": "close"}
+    with pytest.raises(InputError, match="columns 'a' and 'b' both map to 'close'"):
+        C.resolve_columns(["date", "a", "b"], {"a": "close", "b": "close"})
+
+
 def test_user_map_wins_over_aliases():
     got = C.resolve_columns(["Trade Day", "px", "close"], {"Trade Day": "date", "px": "close", "close": "prev"})
     assert got == {"Trade Day": "date", "px": "close", "close": "prev"}

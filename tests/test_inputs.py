@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import write
@@ -35,3 +36,21 @@ def test_symbol_from_name():
     assert symbol_from_name(Path("yahoofinance-SPY-2008.csv"), r"yahoofinance-(\w+)-") == "SPY"
     with pytest.raises(InputError, match="does not match the file name"):
         symbol_from_name(Path("x.csv"), "zzz")
+
+
+def test_file_names_with_glob_characters_are_read_as_names(tmp_path):
+    """polars expands * and [ ] in a path: 'x*.csv' once also read xy.csv's bars into symbol x*, and 'a[1].csv'
+    failed with 'expanded paths were empty'."""
+    import polars as pl
+    from kline_store import ingest, open_store
+    folder = tmp_path / "in"
+    write(folder / "x*.csv", "date,open,high,low,close\n2024-01-02,1,2,0.5,1.5\n")
+    write(folder / "xy.csv", "date,open,high,low,close\n2024-01-03,9,9,9,9\n")
+    write(folder / "a[1].csv", "date,open,high,low,close\n2024-01-04,2,2,2,2\n")
+    pl.DataFrame({"date": ["2024-01-02"], "close": [1.0]}).write_parquet(folder / "p*.parquet")
+    pl.DataFrame({"date": ["2024-01-05"], "close": [7.0]}).write_parquet(folder / "pq.parquet")
+    rep = ingest([folder], tmp_path / "s")
+    st = open_store(tmp_path / "s")
+    assert rep.n_bars == 5 and sorted(st.symbols) == ["a[1]", "p*", "pq", "x*", "xy"]
+    close = dict(zip(st.symbols, np.nansum(st.array("close"), axis=1)))
+    assert close == {"a[1]": 2.0, "p*": 1.0, "pq": 7.0, "x*": 1.5, "xy": 9.0}
