@@ -78,6 +78,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
             raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
                              f"`ingest --replace` (replace=True) rebuilds it from these inputs alone")
         if not has_store and not _only_leftovers(out):
+            if held.made_file:
+                held.remove()   # a folder that is not ours keeps nothing of this refusal
             raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
         try:
             W.prepare(out)

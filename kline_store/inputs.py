@@ -92,8 +92,21 @@ def symbol_from_name(p: Path, pattern: str | None = None) -> str:
             name = name[: -len(suffix)]
             break
     if pattern:
-        m = re.search(pattern, name)
+        m = re.search(compile_pattern(pattern), name)
         if m is None:
             raise InputError(f"{p}: --symbol-pattern {pattern!r} does not match the file name {name!r}")
-        return m.group(1) if m.groups() else m.group(0)
+        name = m.group(1) if m.groups() else m.group(0)
+        if not name:
+            raise InputError(f"{p}: --symbol-pattern {pattern!r} finds an empty symbol in the file name")
+    if not name:
+        raise InputError(f"{p}: no symbol in the file name (nothing before its suffix); rename the file or add a "
+                         f"symbol column")
     return name
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """``--symbol-pattern`` as a regular expression; InputError naming the option when it is not one."""
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise InputError(f"--symbol-pattern {pattern!r}: not a regular expression ({exc})") from None

@@ -44,6 +44,7 @@ class WriterLock:
         self.create = create
         self.created = False
         self.created_from: Path | None = None   # the topmost folder this lock created (parents included)
+        self.made_file = False                  # the lock file did not exist before this lock
         self.fd: int | None = None
 
     def __enter__(self) -> "WriterLock":
@@ -83,8 +84,10 @@ class WriterLock:
                 pass
             except OSError as exc:
                 raise safefs.os_error(exc, self.store, "create the store folder") from None
+        existed = os.path.lexists(self.path)
         try:
             fd = safefs.open_entry(self.path, os.O_RDWR | os.O_CREAT)
+            self.made_file = not existed
         except FileNotFoundError:
             if self.create:
                 return self._open()      # the folder vanished in between (a failed first ingest): again

@@ -17,7 +17,19 @@ from typing import Iterable, Iterator, TextIO, TypeVar
 from tqdm import tqdm
 
 DELAY = 1.0    # seconds before a bar appears on a terminal
-LOG_EVERY = float(os.environ.get("KLINE_STORE_PROGRESS_EVERY", "5"))   # seconds between lines in a log
+
+
+def _log_every(default: float = 5.0) -> float:
+    """Seconds between lines in a log: KLINE_STORE_PROGRESS_EVERY, or the default when it is not a positive
+    number (a typo in an environment variable must not stop every command)."""
+    try:
+        value = float(os.environ.get("KLINE_STORE_PROGRESS_EVERY", default))
+    except ValueError:
+        return default
+    return value if value > 0 else default
+
+
+LOG_EVERY = _log_every()
 LOG_FORMAT = "{desc}: {percentage:3.0f}% {n_fmt}/{total_fmt} {unit} [{elapsed} elapsed, {remaining} left]{postfix}"
 LOG_FORMAT_OPEN = "{desc}: {n_fmt} {unit} [{elapsed} elapsed]{postfix}"   # total unknown
 

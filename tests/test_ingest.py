@@ -137,8 +137,10 @@ def test_failed_ingest_leaves_existing_store_intact(real, tmp_path):
 def test_refuses_to_overwrite_a_non_store_folder(tmp_path):
     write(tmp_path / "notes" / "x.txt", "mine")
     write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
-    with pytest.raises(InputError, match="not empty and holds no store"):
-        ingest([tmp_path / "a.csv"], tmp_path / "notes")
+    for replace in (False, True):
+        with pytest.raises(InputError, match="not empty and holds no store"):
+            ingest([tmp_path / "a.csv"], tmp_path / "notes", replace=replace)
+        assert [p.name for p in (tmp_path / "notes").iterdir()] == ["x.txt"]   # not even a .lock left there
 
 
 INGEST = [sys.executable, "-m", "kline_store.cli", "ingest", "-q", "--replace"]

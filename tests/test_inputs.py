@@ -54,3 +54,14 @@ def test_file_names_with_glob_characters_are_read_as_names(tmp_path):
     assert rep.n_bars == 5 and sorted(st.symbols) == ["a[1]", "p*", "pq", "x*", "xy"]
     close = dict(zip(st.symbols, np.nansum(st.array("close"), axis=1)))
     assert close == {"a[1]": 2.0, "p*": 1.0, "pq": 7.0, "x*": 1.5, "xy": 9.0}
+
+
+def test_symbol_patterns_that_find_nothing_or_are_not_patterns(tmp_path):
+    """An empty symbol was once blamed on the target store's manifest; a bad pattern was an 'unexpected error'."""
+    with pytest.raises(InputError, match=r"AAPL\.csv: --symbol-pattern 'AAPL\(\.\*\)' finds an empty symbol"):
+        symbol_from_name(Path("AAPL.csv"), "AAPL(.*)")
+    with pytest.raises(InputError, match=r"\.csv: no symbol in the file name"):
+        symbol_from_name(Path(".csv"))
+    for bad in ("(", "a{99999999999}"):
+        with pytest.raises(InputError, match=r"--symbol-pattern .*: not a regular expression"):
+            symbol_from_name(Path("AAPL.csv"), bad)

@@ -135,3 +135,15 @@ def test_say_keeps_lines_whole(capsys):
     P.say("a table line", err=False)
     got = capsys.readouterr()
     assert got.err == "a row\n" and got.out == "a table line\n"
+
+
+def test_a_bad_log_interval_falls_back_to_the_default(monkeypatch):
+    """KLINE_STORE_PROGRESS_EVERY=abc once made every command (and the import) die with a traceback."""
+    for value in ("abc", "-1", "0"):
+        r = subprocess.run([sys.executable, "-m", "kline_store.cli", "--help"], capture_output=True, text=True,
+                           env={**os.environ, "KLINE_STORE_PROGRESS_EVERY": value}, cwd=ROOT)
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    monkeypatch.setenv("KLINE_STORE_PROGRESS_EVERY", "2.5")
+    assert P._log_every() == 2.5
+    monkeypatch.setenv("KLINE_STORE_PROGRESS_EVERY", "abc")
+    assert P._log_every() == 5.0
