@@ -20,7 +20,7 @@ from . import adjust, columns as C, lock, manifest as mf, panel as P, progress, 
 from . import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
 from .errors import InputError, StoreError
-from .inputs import expand_inputs
+from .inputs import as_input_list, expand_inputs
 from .readers import WHOLE_FILE
 from .report import IngestReport
 from .snapshot import STAGING
@@ -62,6 +62,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         IngestReport with counts and the problems found.
     """
     t0 = time.perf_counter()
+    inputs = as_input_list(inputs)
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out={out!r}: expected a store directory path")
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")

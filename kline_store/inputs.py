@@ -37,10 +37,23 @@ def _walk(folder: Path) -> list[Path]:
     return sorted(f for f in folder.rglob("*") if f.is_file() and _is_data_file(f))
 
 
+def as_input_list(inputs: object) -> list[str | os.PathLike]:
+    """``inputs`` as a list of paths: one path given alone is a list of one (not its characters)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [inputs]
+    try:
+        items = list(inputs)   # type: ignore[call-overload]
+    except TypeError:
+        raise InputError(f"inputs={inputs!r}: expected a path or a list of paths") from None
+    bad = next((x for x in items if not isinstance(x, (str, os.PathLike))), None)
+    if bad is not None or not items:
+        raise InputError("no input given" if not items else f"input {bad!r}: expected a path")
+    return items
+
+
 def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
     """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
-    if not inputs:
-        raise InputError("no input given")
+    inputs = as_input_list(inputs)
     files: list[Path] = []
     for item in inputs:
         s = str(item)

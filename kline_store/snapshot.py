@@ -186,6 +186,8 @@ def open_store(path: str | os.PathLike, version: int | None = None, verify: bool
     Raises:
         StoreError: missing store, damaged or changed manifest, missing/truncated data file, checksum mismatch.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise StoreError(f"open_store({path!r}): expected a store directory path")
     p = Path(path)
     for attempt in range(3):
         m = mf.read_manifest(p, version)

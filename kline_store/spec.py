@@ -37,6 +37,13 @@ Adjust = Literal["none", "forward", "backward"]
 Normalize = Literal["none", "window", "zscore"]
 
 
+def _count(name: str, value: object) -> int:
+    """A whole number of bars: an int (numpy's too), never a float, a bool or a string silently truncated."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InputError(f"{name}={value!r}: expected a whole number of bars (an int)")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class SampleSpec:
     """The options that define a sample; see :class:`kline_store.dataset.KlineDataset` for their meaning.
@@ -61,7 +68,7 @@ class SampleSpec:
              start: DateLike = None, end: DateLike = None, **options: object) -> SampleSpec:
         """A spec from loosely typed arguments: one field name as a string, dates in any accepted form."""
         names = None if fields is None else ((fields,) if isinstance(fields, str) else tuple(fields))
-        return cls(window=int(window), horizon=int(horizon), fields=names, start=to_time(start, "start"),
+        return cls(window=_count("window", window), horizon=_count("horizon", horizon), fields=names, start=to_time(start, "start"),
                    end=to_time(end, "end"), **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:

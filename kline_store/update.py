@@ -30,6 +30,7 @@ from . import adjust, columns as C, lock, manifest as mf, panel as P, safefs, wr
 from . import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars
 from .errors import InputError, StoreError
+from .inputs import as_input_list
 from .report import IngestReport
 from .snapshot import Store, open_store
 
@@ -73,7 +74,8 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    bars = read_bars(inputs, user_map=umap, strict=strict, quiet=quiet, symbol_pattern=symbol_pattern)
+    bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
+                     symbol_pattern=symbol_pattern)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars)

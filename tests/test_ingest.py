@@ -277,3 +277,16 @@ def test_two_ingests_into_one_place_cannot_both_win(real, tmp_path):
     winner = next(i for i, (rc, _) in enumerate(results) if rc == 0)
     assert open_store(target).symbols == [["000001.SZ", "600519.SH"][winner]]
     assert open_store(target).version == 1
+
+
+def test_the_api_takes_one_path_or_a_list_and_refuses_other_types(tmp_path):
+    """ingest("a.csv", ...) once iterated the string one character at a time ('c: no such file')."""
+    from kline_store import append, open_store
+    a = write(tmp_path / "a.csv", "date,close\n2024-01-02,1\n")
+    assert ingest(str(a), tmp_path / "s").n_bars == 1
+    assert append(tmp_path / "s", a, dry_run=True).extra["mode"] == "dry run: nothing new"
+    for inputs in (None, 3, [a, None]):
+        with pytest.raises(InputError, match="expected a path|no input"):
+            ingest(inputs, tmp_path / "t")
+    with pytest.raises(StoreError, match="expected a store directory path"):
+        open_store(None)

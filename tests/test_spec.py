@@ -53,3 +53,12 @@ def test_resolve_errors_name_the_store():
     with pytest.raises(InputError, match="no 'close' field"):
         resolve(SampleSpec.make(fields=["open"]), ["open"], DATES, "S")
     assert isinstance(resolve(SampleSpec.make(fields=["open"], label="open"), ["open"], DATES, "S"), SamplePlan)
+
+
+@pytest.mark.parametrize("value", [2.5, True, "64", None])
+def test_window_and_horizon_are_whole_numbers(value):
+    """window=2.5 once made windows of 2, window=True of 1, and '64' was accepted."""
+    for name in ("window", "horizon"):
+        with pytest.raises(InputError, match=f"{name}=.*: expected a whole number of bars"):
+            SampleSpec.make(**{name: value})
+    assert SampleSpec.make(window=np.int64(8)).window == 8
