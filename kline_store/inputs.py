@@ -45,9 +45,11 @@ def as_input_list(inputs: object) -> list[str | os.PathLike]:
         items = list(inputs)   # type: ignore[call-overload]
     except TypeError:
         raise InputError(f"inputs={inputs!r}: expected a path or a list of paths") from None
-    bad = next((x for x in items if not isinstance(x, (str, os.PathLike))), None)
-    if bad is not None or not items:
-        raise InputError("no input given" if not items else f"input {bad!r}: expected a path")
+    if not items:
+        raise InputError("no input given")
+    for x in items:
+        if not isinstance(x, (str, os.PathLike)):
+            raise InputError(f"input {x!r}: expected a path")
     return items
 
 
