@@ -169,6 +169,8 @@ def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) ->
     if raw.dtype != pl.String:
         return raw
     text = raw.str.strip_chars()
+    text = pl.when(text.is_in(C.NULL_VALUES)).then(None).otherwise(text)   # "nan", "NA": missing, named later
+    text = pl.select(text.alias(raw.name)).to_series()
     cells = text.drop_nulls()
     if cells.len() == 0 or not cells.str.contains(r"^(\d{8}|\d{12}|\d{14})\.\d*$").all():
         return raw

@@ -81,3 +81,11 @@ def test_integral_float_stamps_with_a_time_of_day():
     assert out.to_list() == [202007010931, 202007010932, None]
     with pytest.raises(InputError, match="line 2: unparseable date '202007010931.5'"):
         integral_float_dates(pl.Series("d", ["202007010931.5"]), Path("f.csv"), "d", lambda i: f"line {int(i) + 2}")
+
+
+def test_float_dates_with_a_null_word_name_the_missing_one():
+    """'nan' among float dates once made the error blame line 2's good '20240102.0'."""
+    from kline_store.dates import integral_float_dates
+    out = integral_float_dates(pl.Series("d", ["20240102.0", "nan", " NA "]), Path("f.csv"), "d",
+                               lambda i: f"line {int(i) + 2}")
+    assert out.to_list() == [20240102, None, None]
