@@ -87,7 +87,9 @@ def finer_than(freq: str, minute_keys: np.ndarray, symbol_codes: np.ndarray) -> 
 
 
 def detect_freq(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> str:
-    """The bar size of intraday bars: the most common gap between a symbol's consecutive bars of one day.
+    """The bar size of bars whose stamps carry times of day: the most common gap between a symbol's consecutive
+    bars of one day; daily when no symbol has two bars on one day (a daily file whose close stamp varies, a
+    15:00 among 14:59s, is still daily).
 
     Args:
         minute_keys: each bar's stamp in minutes since the epoch.
@@ -99,7 +101,7 @@ def detect_freq(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> str:
     same = (s[1:] == s[:-1]) & (t[1:] // MINUTES_PER_DAY == t[:-1] // MINUTES_PER_DAY) & (gap > 0)
     gaps = gap[same]
     if gaps.size == 0:
-        raise InputError("cannot tell the bar size: no symbol has two bars on one day; pass --freq")
+        return DAILY
     values, counts = np.unique(gaps, return_counts=True)
     size = int(values[np.argmax(counts)])
     if MINUTES_PER_DAY % size:

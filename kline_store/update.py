@@ -128,8 +128,10 @@ def make_plan(old: Store, bars: Bars) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
     if axis.freq == TA.DAILY and bars.intraday:
-        raise InputError(f"{old.path}: a daily store; these bars carry times of day (intraday bars): resample "
-                         f"them, or ingest them into an intraday store")
+        size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
+        if size != TA.DAILY:   # several bars of a symbol on one day, not just a varying close stamp
+            raise InputError(f"{bars.where(0)}: {size} bars (several a day) for {old.path}, a daily store: "
+                             f"ingest them into an intraday store, then resample it to 1d")
     old_days = old.dates.astype(np.int64)   # keys: days, or minutes of an intraday store
     days = bars.keys(axis.unit)
     if axis.freq != TA.DAILY:

@@ -258,3 +258,16 @@ def test_the_rest_of_a_trading_day_appends_at_the_tail(real, tmp_path):
     ingest([real / MIN], tmp_path / "full", sessions="ashare")
     a, b = open_store(tmp_path / "s"), open_store(tmp_path / "full")
     assert np.array_equal(a.dates, b.dates) and np.array_equal(a.panel, b.panel, equal_nan=True)
+
+
+def test_a_daily_file_with_a_stray_time_of_day_stays_daily(real, tmp_path):
+    """One 14:59 among the 15:00 close stamps once failed with 'cannot tell the bar size', naming no file."""
+    lines = (real / "index_with_time" / "000001.SH_D.csv").read_text().splitlines(keepends=True)
+    lines[99] = lines[99].replace("15:00:00", "14:59:00")
+    head, tail = "".join(lines[:2000]), lines[0] + "".join(lines[2000:])
+    ingest([write(tmp_path / "a.csv", head)], tmp_path / "s")
+    append(tmp_path / "s", [write(tmp_path / "b.csv", tail.replace("15:00:00", "14:58:00", 1))])
+    st = open_store(tmp_path / "s")
+    assert st.freq == "1d" and st.n_dates == 3332 and np.isfinite(st.array("close")).sum() == 3332
+    with pytest.raises(InputError, match=r"MIN\.csv line 2: 1min bars \(several a day\) for .*, a daily store"):
+        append(tmp_path / "s", [real / MIN])

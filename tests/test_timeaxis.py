@@ -34,5 +34,5 @@ def test_detect_freq_from_gaps():
     day = 18444 * 1440
     five = day + np.array([575, 580, 585, 590, 780, 785])               # 5-minute bars with a lunch break
     assert TA.detect_freq(np.r_[five, five + 1440], np.zeros(12, int)) == "5min"
-    with pytest.raises(InputError, match="pass --freq"):
-        TA.detect_freq(np.array([day, day + 1440]), np.array([0, 0]))    # one bar a day
+    # one bar a day, stamped at varying times (a daily file with a stray 14:59 among its 15:00s): daily
+    assert TA.detect_freq(np.array([day + 900, day + 1440 + 899]), np.array([0, 0])) == "1d"
