@@ -30,6 +30,10 @@ from .snapshot import Store
 FACTOR = "adj_factor"
 INPUT, EVENTS = "input", "events"
 EVENT_COLUMNS = (("split", "dividend"), ("split_ratio", "ex_dividend"))
+# A split ratio outside this range is a placeholder or a typo (1e30), not a corporate action: reported, ignored.
+SPLIT_RANGE = (1e-6, 1e6)
+# A cumulative factor outside this range cannot be a price adjustment (nor stay finite in float32): not stored.
+FACTOR_RANGE = (1e-30, 1e30)
 
 
 # --------------------------------------------------------------------------- reading (per chunk)
@@ -52,6 +56,8 @@ def bad_data(fields: list[str]) -> pl.Expr | None:
     """Rows with placeholder or non-positive adjustment data (None when the input has no such column)."""
     tests = [pl.col(c) <= 0 for c in (FACTOR, "adj_close") if c in fields]
     tests += [pl.col(c) < 0 for pair in EVENT_COLUMNS for c in pair if c in fields]
+    tests += [(pl.col(c) > 0) & ((pl.col(c) < SPLIT_RANGE[0]) | (pl.col(c) > SPLIT_RANGE[1]))
+              for c, _ in EVENT_COLUMNS if c in fields]
     return pl.any_horizontal(tests) if tests else None
 
 
@@ -159,7 +165,8 @@ def fill_event_factor(panel: np.ndarray, fields: list[str], prev_close: np.ndarr
                          panel[rows, :, fi[div]] if div else None,
                          prev_close[rows] if prev_close is not None else None)
     f = cumulative_factor(ratio, np.isfinite(close), start[rows] if start is not None else None)
-    panel[rows, :, fi[FACTOR]] = f
+    with np.errstate(invalid="ignore"):
+        panel[rows, :, fi[FACTOR]] = np.where((f >= FACTOR_RANGE[0]) & (f <= FACTOR_RANGE[1]), f, np.nan)
     last[rows] = last_finite(f)
     return last
 
@@ -179,7 +186,7 @@ def event_ratios(close: np.ndarray, split: np.ndarray | None, dividend: np.ndarr
     ratio = np.ones((n_sym, n_days), dtype=np.float64)
     if split is not None:
         s = split.astype(np.float64)
-        ok = np.isfinite(s) & (s > 0)
+        ok = np.isfinite(s) & (s >= SPLIT_RANGE[0]) & (s <= SPLIT_RANGE[1])
         ratio[ok] *= s[ok]
     if dividend is not None:
         # Previous bar's close: forward-fill closes, shift by one day.

@@ -53,7 +53,8 @@ CHECKS: dict[str, tuple[str, Callable[[set[str]], pl.Expr | None]]] = {
     "zero_volume": ("with zero volume", _needs("volume", pred=lambda: pl.col("volume") == 0)),
     "negative_volume": ("with a negative volume", _needs("volume", pred=lambda: pl.col("volume") < 0)),
     "bad_adjustment": ("with placeholder or non-positive adjustment data (adj_close or adj_factor <= 0, a "
-                       "negative split or dividend); no adj_factor is stored for them",
+                       "negative dividend, a split ratio negative or outside 1e-6..1e6); no adj_factor is "
+                       "taken from them",
                        lambda cols: adjust.bad_data(sorted(cols))),
 }
 

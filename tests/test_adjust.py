@@ -71,3 +71,24 @@ def test_a_placeholder_adj_close_is_reported_and_left_without_factor(real, tmp_p
     f = open_store(tmp_path / "s").array("adj_factor")[0]
     assert np.isnan(f[[99, 100, 699]]).all() and (f[np.isfinite(f)] > 0).all()
     assert np.isfinite(f).sum() == len(lines) - 1 - 3
+
+
+@pytest.mark.parametrize("split", ["1e30", "1e-30"])
+def test_absurd_split_ratios_are_reported_and_never_an_infinite_or_zero_factor(tmp_path, split):
+    """Two splits of 1e30 once stored adj_factor=inf (with a numpy overflow warning); 1e-30s gave 0.0."""
+    rows = "".join(f"2024-01-0{d},1,2,0.5,1.5,100,0,{s}\n" for d, s in ((2, 1), (3, split), (4, split), (5, 2)))
+    write(tmp_path / "Z.csv", "date,open,high,low,close,volume,dividend,split\n" + rows)
+    rep = ingest([tmp_path / "Z.csv"], tmp_path / "s")
+    p = next(p for p in rep.problems if p.kind == "bad_adjustment")
+    assert p.count == 2 and "line 3" in p.examples[0]
+    f = open_store(tmp_path / "s").array("adj_factor")[0]
+    assert f.tolist() == [1.0, 1.0, 1.0, 2.0]          # the absurd events ignored, the real 2:1 split kept
+
+
+def test_a_factor_outside_any_price_scale_is_not_stored():
+    panel = np.full((1, 3, 3), np.nan, dtype=np.float32)
+    panel[0, :, 0] = 1.5                                   # close
+    panel[0, :, 1] = [1.0, 1e6, 1e6]                       # split ratios at the top of their range
+    fields = ["close", "split", "adj_factor"]
+    A.fill_event_factor(panel, fields, start=np.array([1e25]))
+    assert np.isfinite(panel[0, 0, 2]) and np.isnan(panel[0, 1:, 2]).all()   # 1e31, 1e37: beyond FACTOR_RANGE
