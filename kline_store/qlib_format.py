@@ -115,8 +115,13 @@ def symbol_fields(root: Path, symbol: str) -> dict[str, Path]:
     folder = root / "features" / folder_name(symbol)
     if not folder.is_dir():
         return {}
-    return {p.name[: -len(SUFFIX)]: p for p in sorted(folder.iterdir())
-            if p.name.endswith(SUFFIX) and len(p.name) > len(SUFFIX) and p.is_file()}
+    out = {}
+    for p in sorted(folder.iterdir()):
+        if p.name.endswith(SUFFIX) and len(p.name) > len(SUFFIX):
+            if not p.is_file():   # a folder or a broken link where a field's values should be: damage, said
+                raise InputError(f"{p}: not a file (a Qlib feature file holds the field's float32 values)")
+            out[p.name[: -len(SUFFIX)]] = p
+    return out
 
 
 def read_bin(path: Path, n_days: int) -> tuple[int, np.ndarray]:
