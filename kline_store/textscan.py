@@ -25,10 +25,13 @@ from .errors import InputError
 BLOCK = 4 << 20          # bytes looked at per step: bounded memory whatever the file size
 _NL, _CR, _QUOTE = 10, 13, 34
 _BOM = b"\xef\xbb\xbf"
-# Archives and compressed files users pass for a CSV (vendors ship zipped minute bars): named, not mis-decoded.
-_PACKED = ((b"PK\x03\x04", "a zip archive", "unzip it"), (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
+# Archives, compressed files and UTF-16 text users pass for a CSV (vendors ship zipped minute bars; Excel saves
+# "Unicode text" as UTF-16): named by their first bytes, not reported as undecodable text.
+_NOT_CSV_TEXT = ((b"PK\x03\x04", "a zip archive", "unzip it"), (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
            (b"BZh", "bzip2-compressed", "bunzip2 it"), (b"\xfd7zXZ\x00", "xz-compressed", "unxz it"),
-           (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract it"), (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd it"))
+           (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract it"), (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd it"),
+           (b"\xff\xfe", "UTF-16 text (Excel's 'Unicode text')", "save it as UTF-8"),
+           (b"\xfe\xff", "UTF-16 text", "save it as UTF-8"))
 
 
 def map_file(path: Path) -> np.ndarray:
@@ -50,9 +53,9 @@ def detect_encoding(path: Path) -> tuple[str, bytes | None]:
     dec = None
     with open(path, "rb") as fh:
         n = fh.readinto(buf)
-        for magic, what, undo in _PACKED:
+        for magic, what, undo in _NOT_CSV_TEXT:
             if bytes(buf[: len(magic)]) == magic:
-                raise InputError(f"{path}: {what}, not CSV text; {undo} and ingest the CSV file(s) inside")
+                raise InputError(f"{path}: {what}, not CSV text readable here; {undo}")
         bom = bytes(buf[:3]) == _BOM
         start = 3 if bom else 0
         try:

@@ -124,7 +124,10 @@ def test_archives_and_compressed_files_are_named(tmp_path):
     with zipfile.ZipFile(tmp_path / "bars.zip", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("bars.csv", text)
     (tmp_path / "bars.csv.gz").write_bytes(gzip.compress(text.encode()))
-    for name, what in (("bars.zip", "a zip archive, not CSV text; unzip it"),
-                       ("bars.csv.gz", "gzip-compressed, not CSV text; gunzip it")):
+    for name, what in (("bars.zip", "a zip archive, not CSV text readable here; unzip it"),
+                       ("bars.csv.gz", "gzip-compressed, not CSV text readable here; gunzip it")):
         with pytest.raises(InputError, match=f"{name}: {what}"):
             T.detect_encoding(tmp_path / name)
+    (tmp_path / "u16.csv").write_bytes(text.encode("utf-16"))
+    with pytest.raises(InputError, match=r"u16\.csv: UTF-16 text .*save it as UTF-8"):
+        T.detect_encoding(tmp_path / "u16.csv")
