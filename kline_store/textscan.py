@@ -27,11 +27,16 @@ _NL, _CR, _QUOTE = 10, 13, 34
 _BOM = b"\xef\xbb\xbf"
 # Archives, compressed files and UTF-16 text users pass for a CSV (vendors ship zipped minute bars; Excel saves
 # "Unicode text" as UTF-16): named by their first bytes, not reported as undecodable text.
-_NOT_CSV_TEXT = ((b"PK\x03\x04", "a zip archive", "unzip it"), (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
-           (b"BZh", "bzip2-compressed", "bunzip2 it"), (b"\xfd7zXZ\x00", "xz-compressed", "unxz it"),
-           (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract it"), (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd it"),
-           (b"\xff\xfe", "UTF-16 text (Excel's 'Unicode text')", "save it as UTF-8"),
-           (b"\xfe\xff", "UTF-16 text", "save it as UTF-8"))
+_NOT_CSV_TEXT = (
+    (b"PK\x03\x04", "a zip archive", "unzip it"),
+    (b"\x1f\x8b", "gzip-compressed", "gunzip it"),
+    (b"BZh", "bzip2-compressed", "bunzip2 it"),
+    (b"\xfd7zXZ\x00", "xz-compressed", "unxz it"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "extract it"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed", "unzstd it"),
+    (b"\xff\xfe", "UTF-16 text (Excel's 'Unicode text')", "save it as UTF-8"),
+    (b"\xfe\xff", "UTF-16 text", "save it as UTF-8"),
+)
 
 
 def map_file(path: Path) -> np.ndarray:
