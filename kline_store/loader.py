@@ -30,7 +30,8 @@ from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .errors import InputError
 from .placement import PLACEMENTS, background_priority, choose_placement, device_free_bytes, host_available_bytes, usable_cores
-from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch, stop_before_exit
+from .background import track
+from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
 from .sampling import EpochBatches
 from .workers import ChunkFetch, ProcessPool
 
@@ -109,7 +110,6 @@ class _OrderAhead:
     def __init__(self, sampler: EpochBatches) -> None:
         self.sampler = sampler
         self._jobs: dict[int, tuple[threading.Thread, list[np.ndarray]]] = {}
-        stop_before_exit(self)
 
     def start(self, epoch: int) -> None:
         if epoch in self._jobs or not self.sampler.shuffle:
@@ -122,14 +122,9 @@ class _OrderAhead:
             background_priority()   # idle cores only: never slows the gathers of the epoch being delivered
             box.append(self.sampler.indices_for(epoch))
 
-        th = threading.Thread(target=compute, name="kline-order", daemon=True)
+        th = track(threading.Thread(target=compute, name="kline-order", daemon=True))   # joined at exit
         th.start()
         self._jobs[epoch] = (th, box)
-
-    def close(self) -> None:
-        """Wait for the orders being computed (at exit: a shuffle must not be cut off inside torch)."""
-        for th, _ in list(self._jobs.values()):
-            th.join()
 
     def install(self, epoch: int) -> None:
         job = self._jobs.pop(epoch, None)

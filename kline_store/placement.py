@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .background import stopping, track
 from .errors import InputError
 
 PLACEMENTS = ("auto", "device", "pinned", "memmap")
@@ -155,10 +156,12 @@ def readahead(arr: np.ndarray, starts: np.ndarray | None = None, length: int = 0
             _madvise(start, size, _MADV_WILLNEED)
         flat = keep.reshape(-1).view(np.uint8)
         for start, size in pages:
+            if stopping.is_set():   # the interpreter is exiting: stop between rows
+                return
             if not _madvise(start, size, _MADV_POPULATE_READ):   # an older kernel: touch a byte per page
                 lo = start - base
                 int(flat[max(lo, 0): lo + size: _PAGE].sum())
 
-    th = threading.Thread(target=populate, name="kline-readahead", daemon=True)
+    th = track(threading.Thread(target=populate, name="kline-readahead", daemon=True))
     th.start()
     return th

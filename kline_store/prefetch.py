@@ -8,40 +8,18 @@ holds a core (on a busy machine a 2-thread ``index_select`` ran 7x slower than a
 
 from __future__ import annotations
 
-import atexit
 import concurrent.futures
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
 import torch
 
+from .background import stop_before_exit, track
 from .errors import InputError
 
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-# Background threads that run torch kernels are stopped before the interpreter finalises: a daemon thread that
-# takes the GIL back after that is ended with pthread_exit, whose unwinding through torch's C++ frames aborts the
-# whole process ("terminate called without an active exception", exit status 134) when a script ends while a
-# gather or the next epoch's shuffle is still running.
-_open_at_exit: weakref.WeakSet = weakref.WeakSet()
-
-
-def stop_before_exit(obj: Any) -> None:
-    """Have ``obj.close()`` called at interpreter exit (before finalisation) if ``obj`` is still alive then."""
-    _open_at_exit.add(obj)
-
-
-@atexit.register
-def _stop_open_threads() -> None:
-    for obj in list(_open_at_exit):
-        try:
-            obj.close()
-        except Exception:   # exiting anyway: one failure must not keep the others running
-            pass
 
 
 class _Failure:
@@ -90,7 +68,8 @@ class OrderedPrefetcher(Generic[T, R]):
         self._thread_init = thread_init
         self._initialised = threading.Semaphore(0)
         self._threads = [
-            threading.Thread(target=self._run, name=f"kline-prefetch-{k}", daemon=True) for k in range(n_threads)
+            track(threading.Thread(target=self._run, name=f"kline-prefetch-{k}", daemon=True))
+            for k in range(n_threads)
         ]
         for th in self._threads:
             th.start()

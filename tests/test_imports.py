@@ -19,7 +19,7 @@ LAYERS = [
     "inputs", "textscan", "dates", "adjust", "readers", "validate", "bars", "panel", "report", "qlib_store",
     "ingestion", "update", "exporter", "resample",
     # training half: store -> windows -> gather -> loader -> dataset
-    "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
+    "background", "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
     "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",
     # on top: measuring and tuning
     "timing", "meter", "synthetic", "tune", "classic", "bench",

@@ -282,15 +282,32 @@ def test_cross_section_loader(ds):
 def test_a_script_that_stops_mid_epoch_exits_cleanly(tmp_path):
     """Leaving the loop and ending the script while gathers and the next epoch's shuffle still run in the
     background: threads in torch kernels at interpreter finalisation once aborted the process (exit 134)."""
-    path = synthetic_store(tmp_path / "big", 500, 2500)   # 1.2M windows: the next order takes a while
-    script = tmp_path / "stop.py"
-    script.write_text(f"import kline_store as ks\n"
-                      f"ds = ks.KlineDataset({str(path)!r}, window=16)\n"
-                      f"for i, b in enumerate(ds.loader(batch_size=64, shuffle=True)):\n"
-                      f"    if i == 20:\n"
-                      f"        break\n"
-                      f"print('stopped')\n")
-    for _ in range(4):
-        r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0 and r.stdout.strip() == "stopped", (r.returncode, r.stderr[-500:])
-        assert "terminate called" not in r.stderr
+    path = synthetic_store(tmp_path / "big", 1500, 2500)   # 3.7M windows: the next order takes a while
+    head = f"import gc\nimport kline_store as ks\nds = ks.KlineDataset({str(path)!r}, window=16)\n"
+    scripts = [  # leave the loop and end; drop the loader first (its threads outlive it), then end
+        "for i, b in enumerate(ds.loader(batch_size=64, shuffle=True)):\n    if i == 20:\n        break\n",
+        "ld = ds.loader(batch_size=64, shuffle=True)\nit = iter(ld)\nnext(it)\ndel it, ld\ngc.collect()\n"]
+    for k, body in enumerate(scripts):
+        script = tmp_path / f"stop{k}.py"
+        script.write_text(head + body + "print('stopped')\n")
+        for _ in range(3):
+            r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+            assert r.returncode == 0 and r.stdout.strip() == "stopped", (k, r.returncode, r.stderr[-500:])
+            assert "terminate called" not in r.stderr
+
+
+def test_every_background_thread_is_joined_at_exit(ds, small_chunks):
+    """Gather, order and read-ahead threads are tracked by background.py (which joins them before the
+    interpreter finalises), also once their loader is gone; the exit hook leaves none running."""
+    import threading
+
+    from kline_store import background
+    ld = KlineLoader(ds, batch_size=8, shuffle=True, num_workers=2)
+    it = iter(ld)
+    next(it)
+    ours = [t for t in threading.enumerate() if t.name.startswith(("kline-prefetch", "kline-order"))]
+    assert ours and all(t in background._threads for t in ours)
+    del it, ld
+    background._stop_all()
+    assert not any(t.is_alive() for t in ours)
+    background.stopping.clear()   # the rest of the session goes on

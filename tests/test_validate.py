@@ -35,7 +35,7 @@ def test_parquet_rows_and_missing_columns():
 def test_bad_adjustment_kind():
     df = frame(close=[10.0, 10.0], adj_close=[-1.0, 9.0], adj_factor=[-0.1, 0.9])
     (p,) = quality_problems(df, FILES)
-    assert p.kind == "bad_adjustment" and p.count == 1 and "no adj_factor is stored" in p.line()
+    assert p.kind == "bad_adjustment" and p.count == 1 and "no adj_factor is taken from them" in p.line()
 
 
 def test_merge_keeps_order_counts_and_first_examples():
