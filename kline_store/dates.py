@@ -88,6 +88,15 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
     return pl.Series("date", table[v - lo])
 
 
+def _digit_stamps(text: pl.Series) -> pl.Series | None:
+    """Stamps written as digits only, all ``YYYYMMDDHHMM`` or all ``YYYYMMDDHHMMSS`` (null where not a valid
+    time); None for any other column."""
+    for digits, fmt in ((12, "%Y%m%d%H%M"), (14, "%Y%m%d%H%M%S")):
+        if text.len() and text.str.contains(rf"^\d{{{digits}}}$").all():
+            return text.str.to_datetime(fmt, strict=False, time_unit="ms")
+    return None
+
+
 def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: Line) -> pl.Series:
     dt = uniq.dtype
 
@@ -107,10 +116,8 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
         if (whole != whole.round(0)).any():
             raise fail(uniq.filter(whole != whole.round(0))[0], "expected YYYYMMDD")
         text = whole.cast(pl.Int64).cast(pl.String)   # 19991110.0 (pandas after a NaN) is 19991110
-        if text.str.len_chars().is_in([12, 14]).all():
-            out = text.str.to_datetime("%Y%m%d%H%M%S" if text.str.len_chars()[0] == 14 else "%Y%m%d%H%M",
-                                       strict=False, time_unit="ms")
-        else:
+        out = _digit_stamps(text)
+        if out is None:
             out = text.str.to_date("%Y%m%d", strict=False).cast(TIME)
         if out.null_count():
             raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD or YYYYMMDDHHMM")
@@ -118,12 +125,11 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     if dt not in (pl.String, pl.Categorical) and not isinstance(dt, pl.Enum):
         raise InputError(f"{path}: date column {name!r} has type {dt}; expected dates, text or YYYYMMDD numbers")
     text = uniq.cast(pl.String).str.strip_chars()
-    for digits, fmt in ((12, "%Y%m%d%H%M"), (14, "%Y%m%d%H%M%S")):   # YYYYMMDDHHMM[SS] written as text
-        if text.len() and text.str.contains(rf"^\d{{{digits}}}$").all():
-            out = text.str.to_datetime(fmt, strict=False, time_unit="ms")
-            if out.null_count():
-                raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDDHHMM" + ("SS" if digits == 14 else ""))
-            return out
+    out = _digit_stamps(text)   # YYYYMMDDHHMM[SS] written as text
+    if out is not None:
+        if out.null_count():
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDDHHMM[SS]")
+        return out
     clock = None
     if text.str.contains(r"[\sT]\d").any():
         # A time of day ("2006-11-07 15:00:00", "2020-07-01 09:31", "2020-01-02T00:00:00Z"): kept apart.

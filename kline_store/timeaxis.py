@@ -73,16 +73,23 @@ def show(key: int, unit_: str) -> str:
     return iso(stamps(np.array([key]), unit_))[0].replace("T", " ")
 
 
+def _same_day_gaps(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bars sorted by symbol then stamp: ``(order, gap, same)`` where ``gap[j]`` is the minutes from sorted bar
+    ``j`` to ``j + 1`` and ``same[j]`` says both are one symbol's bars of one day, at different stamps."""
+    order = np.lexsort((minute_keys, symbol_codes))
+    t, s = minute_keys[order], symbol_codes[order]
+    gap = np.diff(t)
+    same = (s[1:] == s[:-1]) & (t[1:] // MINUTES_PER_DAY == t[:-1] // MINUTES_PER_DAY) & (gap > 0)
+    return order, gap, same
+
+
 def finer_than(freq: str, minute_keys: np.ndarray, symbol_codes: np.ndarray) -> int | None:
     """Index (into the inputs) of a bar less than one ``freq`` after the symbol's previous bar of the same day,
     or None: bars finer than the bar size they are said to have."""
     if freq == DAILY or len(minute_keys) < 2:
         return None
-    order = np.lexsort((minute_keys, symbol_codes))
-    t, s = minute_keys[order], symbol_codes[order]
-    close = (s[1:] == s[:-1]) & (t[1:] // MINUTES_PER_DAY == t[:-1] // MINUTES_PER_DAY) & \
-        (np.diff(t) < minutes(freq)) & (np.diff(t) > 0)
-    hit = np.flatnonzero(close)
+    order, gap, same = _same_day_gaps(minute_keys, symbol_codes)
+    hit = np.flatnonzero(same & (gap < minutes(freq)))
     return int(order[hit[0] + 1]) if hit.size else None
 
 
@@ -95,10 +102,7 @@ def detect_freq(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> str:
         minute_keys: each bar's stamp in minutes since the epoch.
         symbol_codes: each bar's symbol.
     """
-    order = np.lexsort((minute_keys, symbol_codes))
-    t, s = minute_keys[order], symbol_codes[order]
-    gap = np.diff(t)
-    same = (s[1:] == s[:-1]) & (t[1:] // MINUTES_PER_DAY == t[:-1] // MINUTES_PER_DAY) & (gap > 0)
+    _, gap, same = _same_day_gaps(minute_keys, symbol_codes)
     gaps = gap[same]
     if gaps.size == 0:
         return DAILY

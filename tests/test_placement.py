@@ -57,16 +57,21 @@ def _mapping_kib(addr: int, key: str) -> int:
     raise AssertionError(f"mapping {addr:x} not found")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
-def test_readahead_maps_pages_without_private_copies(tmp_path):
-    path = tmp_path / "data.f32"
-    np.arange(16 << 18, dtype=np.float32).tofile(path)        # 16 MiB
+def _private_map(path) -> np.ndarray:
+    """The file as a float32 array over a private mapping, as a store's snapshot maps its data file."""
     fd = os.open(path, os.O_RDONLY)
     try:
         mm = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-    arr = np.frombuffer(mm, dtype=np.float32)
+    return np.frombuffer(mm, dtype=np.float32)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs Linux /proc")
+def test_readahead_maps_pages_without_private_copies(tmp_path):
+    path = tmp_path / "data.f32"
+    np.arange(16 << 18, dtype=np.float32).tofile(path)        # 16 MiB
+    arr = _private_map(path)
     addr = arr.ctypes.data
     assert _mapping_kib(addr, "Rss") < 1024                     # nothing mapped yet
     th = P.readahead(arr)
@@ -76,12 +81,7 @@ def test_readahead_maps_pages_without_private_copies(tmp_path):
     assert _mapping_kib(addr, "Anonymous") == 0                # page-cache pages, no copy-on-write copies
     assert P.readahead(arr, available=1) is None               # too big for memory: left to the page faults
     assert P.readahead(np.zeros(0, np.float32)) is None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        mm2 = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-    finally:
-        os.close(fd)
-    part = np.frombuffer(mm2, dtype=np.float32)
+    part = _private_map(path)                                   # a fresh mapping: nothing of it mapped yet
     P.readahead(part, np.array([0, 8 << 20]), 1 << 20).join(30)   # two 1 MiB rows of the 16 MiB
     # only those (page-cache folios of up to 2 MiB may map a little around them), not the other 14 MiB
     assert 2048 <= _mapping_kib(part.ctypes.data, "Rss") <= 8192
