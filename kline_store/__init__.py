@@ -10,20 +10,26 @@ from typing import Any
 from .errors import InputError, KlineStoreError, StoreError, StoreLockedError
 from .store import Store, open_store, verify_store
 
+# The wing kline_store.ingest shares its name with the function ks.ingest. Loading the (light) wing package
+# here, once, means no later submodule import rebinds the name: ks.ingest stays the function below.
+from . import ingest as _ingest_wing  # noqa: F401
+
+del ingest
+
 __version__ = "0.1.0"
 
 _LAZY = {
-    "ingest": ("kline_store.ingestion", "ingest"),
-    "append": ("kline_store.update", "append"),
-    "export": ("kline_store.exporter", "export"),
-    "gc": ("kline_store.writer", "gc"),
-    "KlineDataset": ("kline_store.dataset", "KlineDataset"),
-    "CrossSectionDataset": ("kline_store.cross_section", "CrossSectionDataset"),
-    "make_splits": ("kline_store.splits", "make_splits"),
-    "Splits": ("kline_store.splits", "Splits"),
-    "gather_windows": ("kline_store.gather", "gather_windows"),
-    "KlineLoader": ("kline_store.loader", "KlineLoader"),
-    "watch": ("kline_store.meter", "watch"),
+    "ingest": ("kline_store.ingest.ingestion", "ingest"),
+    "append": ("kline_store.ingest.update", "append"),
+    "export": ("kline_store.ingest.exporter", "export"),
+    "gc": ("kline_store.store.writer", "gc"),
+    "KlineDataset": ("kline_store.samples.dataset", "KlineDataset"),
+    "CrossSectionDataset": ("kline_store.samples.cross_section", "CrossSectionDataset"),
+    "make_splits": ("kline_store.samples.splits", "make_splits"),
+    "Splits": ("kline_store.samples.splits", "Splits"),
+    "gather_windows": ("kline_store.samples.gather", "gather_windows"),
+    "KlineLoader": ("kline_store.feed.loader", "KlineLoader"),
+    "watch": ("kline_store.measure.meter", "watch"),
 }
 
 __all__ = ["open_store", "verify_store", "Store", "KlineStoreError", "InputError", "StoreError",

@@ -19,10 +19,10 @@ from typing import Any
 import lightning.pytorch as lp
 import torch
 
-from .ranges import DateLike
+from .samples.ranges import DateLike
 from .errors import InputError
-from .loader import KlineLoader
-from .splits import Splits, make_splits
+from .feed.loader import KlineLoader
+from .samples.splits import Splits, make_splits
 
 Range = tuple[DateLike, DateLike]
 

@@ -1,5 +1,5 @@
 # Sourced by test.sh: a small separate virtualenv with pyqlib for the Qlib interoperability tests
-# (tests/test_qlib_store.py runs Qlib in it as a subprocess; .venv-qlib is ignored by git).
+# (tests/ingest/test_qlib_store.py runs Qlib in it as a subprocess; .venv-qlib is ignored by git).
 # pyqlib is installed without its dependencies (its full set, mlflow, jupyter, lightgbm, cvxpy ..., is 2.2 GB);
 # only what qlib.init, D.features and Qlib's storage classes import comes with it (about 470 MB, 1 minute).
 # A failed build is not retried on every run (offline machines): the Qlib tests skip naming its log;

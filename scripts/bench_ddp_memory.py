@@ -55,7 +55,7 @@ def rank_main(store: str, samples: int, out: str) -> None:
     import torch.distributed as dist
 
     from kline_store import KlineDataset
-    from kline_store.timing import time_batches
+    from kline_store.measure.timing import time_batches
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -89,7 +89,8 @@ def main() -> None:
         store, samples, out = args.rank_main
         rank_main(store, int(samples), out)
         return
-    from kline_store import open_store, synthetic
+    from kline_store import open_store
+    from kline_store.measure import synthetic
 
     with tempfile.TemporaryDirectory(prefix="kline-ddp-mem-") as tmp:
         store = args.store

@@ -90,8 +90,8 @@ def main() -> None:
                              f"r=append({str(store)!r}, [{str(extra)!r}]); "
                              f"print(json.dumps({{'s': time.perf_counter()-t, 'mode': r.extra['mode']}}))")
     load, _ = run_child(
-        "import json, numpy as np, torch; from kline_store import KlineDataset; from kline_store.bench import ceiling;"
-        "from kline_store.timing import time_batches, shut_down;"
+        "import json, numpy as np, torch; from kline_store import KlineDataset; from kline_store.measure.bench import ceiling;"
+        "from kline_store.measure.timing import time_batches, shut_down;"
         f"ds=KlineDataset({str(store)!r}, window=240); n=min(1_000_000, len(ds));"
         "o=np.random.default_rng(0).permutation(len(ds))[:n]; s,t=ds.locate(o);"
         "start=torch.from_numpy(s*ds.store.date_capacity+t-239); c,how=ceiling(ds,start,256);"

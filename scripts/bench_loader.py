@@ -22,9 +22,10 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from kline_store import KlineDataset, open_store, synthetic  # noqa: E402
-from kline_store.bench import bench, ceiling, format_table  # noqa: E402
-from kline_store.timing import shut_down, time_batches  # noqa: E402
+from kline_store import KlineDataset, open_store
+from kline_store.measure import synthetic  # noqa: E402
+from kline_store.measure.bench import bench, ceiling, format_table  # noqa: E402
+from kline_store.measure.timing import shut_down, time_batches  # noqa: E402
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kline_store import KlineDataset, watch  # noqa: E402
-from kline_store.bench import memcpy_bandwidth  # noqa: E402
+from kline_store.measure.bench import memcpy_bandwidth  # noqa: E402
 
 FIELDS = ["open", "high", "low", "close", "volume", "amount", "adj_factor", "turnover"]
 RESULTS: dict[str, object] = {}

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from kline_store.dataset import KlineDataset
+from kline_store.samples.dataset import KlineDataset
 
 
 def main(store: str, out: str, end: str, phase: str, steps: str = "0") -> None:

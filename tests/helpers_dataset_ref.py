@@ -1,7 +1,7 @@
 """Brute-force references and small synthetic stores for the window / dataset / loader tests.
 
 The references loop over symbols, days and window cells in plain Python, written straight from the rules in
-the docs, independently of the vectorised code in kline_store.windows and kline_store.dataset.
+the docs, independently of the vectorised code in kline_store.samples.windows and kline_store.samples.dataset.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The package's imports flow one way: every module imports only modules below it in the data flow (function-level
-imports included), so there is no cycle and no lazy import hiding one. A new module must take its place here."""
+"""The package's imports flow one way, between wings and between the modules of a wing: every module imports
+only wings it may depend on and, inside its own wing, only modules below it (function-level imports included),
+so there is no cycle and no lazy import hiding one. A new module or wing must take its place here."""
 
 from __future__ import annotations
 
@@ -10,62 +11,132 @@ import kline_store
 
 PACKAGE = Path(kline_store.__file__).parent
 
-# Bottom to top: files -> store -> windows -> gather -> loader -> dataset -> measuring tools -> CLI.
-LAYERS = [
-    # shared
-    "errors", "progress",
-    # ingest half: files -> store
-    "columns", "timeaxis", "sessions", "safefs", "manifest", "lock", "snapshot", "writer", "store", "qlib_format",
-    "inputs", "textscan", "dates", "adjust", "readers", "validate", "bars", "panel", "report", "qlib_store",
-    "ingestion", "update", "exporter", "resample",
-    # training half: store -> windows -> gather -> loader -> dataset
-    "background", "ranges", "spec", "sampling", "windows", "batches", "transforms", "gather", "buffers", "placement", "config",
-    "prefetch", "shm", "workers", "device", "loader", "collate", "dataset", "cross_section", "splits", "lightning",
-    # on top: measuring and tuning
-    "timing", "meter", "synthetic", "tune", "classic", "bench",
-    # the command line and the package
-    "cli_perf", "cli", "__init__",
-]
+# The top level: shared bottom modules, and what users import from the package itself.
+SHARED = ["errors", "progress"]
+TOP = ["lightning", "__init__"]
+
+# Wings and the wings each may import (besides SHARED). The data flow, file to GPU:
+#   store <- ingest, features;   store <- feed <- samples <- measure <- cli
+WING_DEPS = {
+    "store": set(),
+    "ingest": {"store"},
+    "features": {"store"},
+    "feed": {"store"},
+    "samples": {"store", "feed", "features"},
+    "measure": {"store", "ingest", "feed", "samples"},
+    "cli": {"store", "ingest", "features", "feed", "samples", "measure"},
+}
+TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
+
+# Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
+LAYERS = {
+    "store": ["safefs", "manifest", "lock", "timeaxis", "sessions", "snapshot", "writer", "__init__"],
+    "ingest": ["columns", "qlib_format", "inputs", "textscan", "dates", "adjust", "readers", "validate", "bars",
+               "panel", "report", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
+    "feed": ["background", "sampling", "batches", "buffers", "placement", "config", "prefetch", "shm", "workers",
+             "device", "chunks", "host", "loader", "collate", "__init__"],
+    "samples": ["ranges", "spec", "windows", "transforms", "gather", "dataset", "cross_section", "splits",
+                "__init__"],
+    "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
+                "__init__"],
+    "features": [],
+    "cli": ["perf", "main", "__init__", "__main__"],
+}
 
 
-def _imports(path: Path) -> set[str]:
-    """Package modules imported anywhere in ``path`` (relative or absolute, at any depth)."""
-    out: set[str] = set()
+def _imports(path: Path, rel: tuple[str, ...] | None = None) -> set[tuple[str, ...]]:
+    """Package modules imported anywhere in ``path`` (relative or absolute, at any depth), as dotted parts
+    under kline_store: ('store', 'writer'), ('errors',), ('feed',) for the wing package itself. ``rel``: the
+    file's place in the package, when it is not inside it."""
+    rel = rel or path.relative_to(PACKAGE).with_suffix("").parts
+    here = rel[:-1]                      # the package the file lives in
+    out: set[tuple[str, ...]] = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level == 1 or base.startswith("kline_store"):
-                base = base.removeprefix("kline_store").lstrip(".")
-                if base:
-                    out.add(base.split(".")[0])
-                else:  # from . import windows as W
-                    out.update(a.name for a in node.names)
+            if node.level:
+                base = here[: len(here) - (node.level - 1)] if node.level > 1 else here
+                mod = tuple(base) + tuple((node.module or "").split(".") if node.module else ())
+            elif (node.module or "").startswith("kline_store"):
+                mod = tuple(node.module.split(".")[1:])
+            else:
+                continue
+            if node.module:
+                out.add(mod)
+            else:                        # from . import windows as W; from .. import progress
+                out.update(mod + (a.name,) for a in node.names)
         elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name.startswith("kline_store."):
-                    out.add(a.name.split(".")[1])
-    return out
+            out.update(tuple(a.name.split(".")[1:]) for a in node.names if a.name.startswith("kline_store."))
+    return {m for m in out if m}
+
+
+def _files() -> dict[tuple[str, ...], Path]:
+    return {p.relative_to(PACKAGE).with_suffix("").parts: p for p in PACKAGE.rglob("*.py")}
 
 
 def test_every_module_has_a_layer():
-    modules = {p.stem for p in PACKAGE.glob("*.py")}
-    assert modules == set(LAYERS), f"place new modules in LAYERS: {sorted(modules ^ set(LAYERS))}"
+    placed = {(m,) for m in SHARED + TOP} | {(w, m) for w, ms in LAYERS.items() for m in ms}
+    found = set(_files())
+    assert found == placed, f"place new modules in LAYERS: {sorted(found ^ placed)}"
 
 
 def test_imports_point_down():
-    rank = {m: i for i, m in enumerate(LAYERS)}
-    upward = []
-    for name in LAYERS:
-        for dep in sorted(_imports(PACKAGE / f"{name}.py")):
-            if dep not in rank:
-                upward.append(f"{name} imports unknown {dep}")
-            elif rank[dep] >= rank[name]:
-                upward.append(f"{name} imports {dep}, which is not below it")
-    assert upward == []
+    layers = LAYERS
+    wrong = []
+    for key, path in sorted(_files().items()):
+        for dep in sorted(_imports(path)):
+            who, what = ".".join(key), ".".join(dep)
+            if dep[0] in SHARED:
+                if key[0] in SHARED and SHARED.index(dep[0]) >= SHARED.index(key[0]):
+                    wrong.append(f"{who} imports {what}, which is not below it")
+                continue
+            if dep[0] in TOP:
+                wrong.append(f"{who} imports {what}: nothing imports the top level")
+                continue
+            if dep[0] not in layers:
+                wrong.append(f"{who} imports unknown {what}")
+                continue
+            if len(key) == 1:            # a top-level module
+                allowed = TOP_DEPS.get(key[0], set())
+                if dep[0] not in allowed:
+                    wrong.append(f"{who} imports the wing {dep[0]}, which it may not")
+                continue
+            wing = key[0]
+            if dep[0] != wing:
+                if dep[0] not in WING_DEPS[wing]:
+                    wrong.append(f"{who} imports {what}: the wing {wing} may not import the wing {dep[0]}")
+                continue
+            order = layers[wing]
+            mod = dep[1] if len(dep) > 1 else "__init__"
+            if mod not in order or order.index(mod) >= order.index(key[1]):
+                wrong.append(f"{who} imports {what}, which is not below it in its wing")
+    assert wrong == []
+
+
+def test_no_module_over_500_lines():
+    long = {".".join(k): n for k, p in _files().items() if (n := len(p.read_text().splitlines())) > 500}
+    assert long == {}
 
 
 def test_the_parser_sees_every_kind_of_import(tmp_path):
-    src = tmp_path / "m.py"
-    src.write_text("from . import windows as W\nfrom .store import open_store\nimport kline_store.loader\n"
-                   "def f():\n    from kline_store.dataset import KlineDataset\n")
-    assert _imports(src) == {"windows", "store", "loader", "dataset"}
+    src = tmp_path / "probe.py"
+    src.write_text("from . import windows as W\nfrom ..store import open_store\nimport kline_store.feed.loader\n"
+                   "from .. import progress\n"
+                   "def f():\n    from kline_store.samples.dataset import KlineDataset\n")
+    assert _imports(src, ("samples", "probe")) == {("samples", "windows"), ("store",), ("feed", "loader"),
+                                                   ("progress",), ("samples", "dataset")}
+
+
+def test_importing_the_package_is_light():
+    """`import kline_store` (and the ingest CLI's modules) load neither torch nor polars."""
+    import subprocess
+    import sys
+    code = ("import sys, kline_store, kline_store.ingest, kline_store.cli.main; "
+            "print(sorted(m for m in ('torch', 'polars') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_ingest_is_still_the_function():
+    import kline_store as ks
+    import kline_store.ingest.ingestion  # noqa: F401  (a submodule import must not rebind ks.ingest)
+    assert callable(ks.ingest) and ks.ingest.__module__ == "kline_store.ingest.ingestion"

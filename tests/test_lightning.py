@@ -16,7 +16,7 @@ from helpers_dataset_ref import make_store, random_panel
 
 lp = pytest.importorskip("lightning.pytorch")
 
-from kline_store.dataset import KlineDataset  # noqa: E402
+from kline_store.samples.dataset import KlineDataset  # noqa: E402
 from kline_store.errors import InputError  # noqa: E402
 from kline_store.lightning import KlineDataModule  # noqa: E402
 

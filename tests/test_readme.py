@@ -68,7 +68,7 @@ def test_help_does_not_cut_command_summaries():
                          env=env).stdout
     commands = out.split("Commands:\n", 1)[1]
     assert "..." not in commands
-    from kline_store.cli import cli
+    from kline_store.cli.main import cli
     for name, cmd in cli.commands.items():
         assert cmd.short_help and len(cmd.short_help) <= 60, name   # fits beside the name in 80 columns
         assert cmd.short_help in commands, name

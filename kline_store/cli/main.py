@@ -1,0 +1,198 @@
+"""The `kline-store` command: parses arguments, calls the library, prints. No logic lives here.
+
+Every expected error becomes one line on stderr and exit status 1; torch is imported only by the commands
+that need it (tune, bench).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import click
+
+from ..errors import KlineStoreError
+from ..progress import silenced
+
+
+MAX_LINE = 600   # an error is one line a person reads: anything longer is cut (the cause is said first)
+
+
+def _cap(msg: str) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= MAX_LINE else msg[: MAX_LINE - 5] + " ..."
+
+
+def _fail(msg: str, code: int = 1) -> None:
+    click.echo(f"kline-store: error: {_cap(msg)}", err=True)
+    sys.exit(code)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="kline-store")
+def cli() -> None:
+    """Daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches."""
+
+
+@cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("-o", "--out", required=True, type=click.Path(), help="Store directory to create or replace.")
+@click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
+@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name, e.g. 'Px Last=close'.")
+@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
+@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
+@click.option("--instruments", metavar="all|MARKET|FILE",
+              help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("--freq", metavar="SIZE", help="Bar size: 1d, 1min, 5min, 15min, 30min, 60min, ... (default: detected).")
+@click.option("--sessions", metavar="NAME|FILE",
+              help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
+@click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, instruments, wait, freq, sessions, stamp,
+           quiet) -> None:
+    """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
+    (atomic)."""
+    from ..ingest.ingestion import ingest as run
+    rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
+              replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
+              instruments=instruments)
+    if not quiet:
+        click.echo("\n".join(rep.lines()))
+
+
+@cli.command(short_help="Add new days, symbols and revised bars to STORE.")
+@click.argument("store")
+@click.argument("inputs", nargs=-1, required=True)
+@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name.")
+@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
+@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
+    """Add new days and symbols (and revised bars) from INPUTS to STORE."""
+    from ..ingest.update import append as run
+    with silenced(quiet):
+        rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
+                  symbol_pattern=symbol_pattern)
+    if not quiet:
+        click.echo("\n".join(rep.lines()))
+
+
+@cli.command(short_help="Shape, fields, symbols and dates of STORE.")
+@click.argument("store")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def info(store, as_json) -> None:
+    """Shape, fields, symbols and date range of STORE."""
+    from ..store.snapshot import open_store
+    with open_store(store, verify=False) as st:
+        d = st.info()
+    if as_json:
+        click.echo(json.dumps(d, ensure_ascii=False, indent=1))
+        return
+    syms = d["symbols"]
+    shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
+    bars = "dates" if d["freq"] == "1d" else "times"
+    sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
+    click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
+               f"freq     {d['freq']} ({d['timezone']}{sessions})\n"
+               f"shape    {d['n_symbols']} symbols x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
+               f"{d['bytes'] / 2**20:.1f} MiB\n"
+               f"{bars:<8} {d['start']} .. {d['end']}\n"
+               f"fields   {' '.join(d['fields'])}\n"
+               f"bars     {d['n_bars']}\n"
+               f"symbols  {shown}")
+
+
+@cli.command(short_help="Write a coarser store from an intraday STORE.")
+@click.argument("store")
+@click.option("-o", "--out", required=True, type=click.Path(), help="The coarser store to write.")
+@click.option("--freq", required=True, metavar="SIZE", help="Bar size: 5min, 15min, 30min, 60min, ... or 1d.")
+@click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
+def resample(store, out, freq, replace, wait) -> None:
+    """Write a coarser store (5min .. 60min, or 1d) from an intraday STORE: OHLCV aggregated exactly."""
+    from ..ingest.resample import resample as run
+    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait).lines()))
+
+
+@cli.command(short_help="Check STORE's manifest, sizes and checksums.")
+@click.argument("store")
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+def verify(store, quiet) -> None:
+    """Check the manifest, sizes and checksums of STORE; non-zero exit naming the damaged file."""
+    from ..store.snapshot import verify as run
+    with silenced(quiet):
+        found = run(store)
+    if found.problems:
+        for p in found.problems[:20]:
+            click.echo(f"kline-store: damaged: {_cap(p)}", err=True)
+        if len(found.problems) > 20:
+            click.echo(f"kline-store: ... and {len(found.problems) - 20} more", err=True)
+        sys.exit(1)
+    click.echo(f"{store}: ok" + "".join(f" ({n})" for n in found.notes))
+
+
+@cli.command(short_help="Write STORE as Parquet, CSV or a Qlib directory.")
+@click.argument("store")
+@click.option("-o", "--out", required=True, type=click.Path(),
+              help="Output .parquet or .csv file, or the directory to create with --format qlib.")
+@click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "qlib"]),
+              help="Default: from the suffix of OUT. qlib: a Qlib provider directory (day bars).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress.")
+def export(store, out, fmt, quiet) -> None:
+    """Write STORE in long format (symbol, date, fields), one row per bar; or, with --format qlib, as a
+    Qlib provider directory that qlib.init(provider_uri=OUT) reads."""
+    from ..ingest.exporter import export as run
+    with silenced(quiet):
+        n = run(store, out, fmt=fmt)
+    click.echo(f"wrote {n} rows to {out}" if fmt != "qlib" else
+               f"wrote {n} symbols to the Qlib provider directory {out}: qlib.init(provider_uri={str(out)!r})")
+
+
+@cli.command(short_help="Delete data files and versions no reader uses.")
+@click.argument("store")
+def gc(store) -> None:
+    """Delete old data files and versions that no reader uses."""
+    from ..store.writer import gc as run
+    removed = run(store)
+    click.echo(f"removed {len(removed)} file(s)" + (": " + ", ".join(removed) if removed else ""))
+
+
+def _register_perf_commands() -> None:
+    try:
+        from .perf import bench, tune
+    except ImportError:
+        return
+    cli.add_command(tune)
+    cli.add_command(bench)
+
+
+_register_perf_commands()
+
+
+def main() -> None:
+    """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        _fail("aborted", 130)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), 2)
+    except KlineStoreError as exc:
+        _fail(str(exc))
+    except KeyboardInterrupt:
+        _fail("interrupted", 130)
+    except BrokenPipeError:
+        sys.exit(1)
+    except Exception as exc:  # an unexpected failure still gets one line; the traceback on request
+        if os.environ.get("KLINE_STORE_DEBUG"):
+            raise
+        _fail(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]} "
+              "(set KLINE_STORE_DEBUG=1 for a traceback)")
+

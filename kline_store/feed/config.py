@@ -1,0 +1,195 @@
+"""Loader configuration: what gathers batches (threads or worker processes), how many, how far ahead, pinned or not.
+
+A configuration is a plain dict::
+
+    {"backend": "threads" | "processes",   # gather threads in the training process, or worker processes
+     "num_workers": int,                   # gather threads / worker processes (0: in the training thread)
+     "prefetch": int,                      # chunks in flight per worker
+     "pin_memory": bool}                   # pinned staging buffers (only meaningful with CUDA)
+
+The defaults gather in as many threads as this process has cores (divided among the ranks of a node); ``tune.py``
+measures the alternatives and saves the winner per (window, batch size, device kind, core count) where
+``config="auto"`` finds it. Pure functions and small JSON files; no torch.
+"""
+
+from __future__ import annotations
+
+import getpass
+import hashlib
+import json
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .placement import usable_cores
+
+TUNE_FILE = "tune.json"
+DEFAULT_PREFETCH = 2
+MAX_DEFAULT_WORKERS = 8
+KEYS = ("backend", "num_workers", "prefetch", "pin_memory")
+BACKENDS = ("threads", "processes")
+
+
+def local_world_size() -> int:
+    """Ranks sharing this machine (torchrun sets LOCAL_WORLD_SIZE), 1 otherwise."""
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+def default_workers() -> int:
+    """Gather threads by default: this process's share of the cores (at least 1, at most 8)."""
+    return max(1, min(MAX_DEFAULT_WORKERS, usable_cores() // local_world_size()))
+
+
+def device_kind(device: Any) -> str:
+    """"cuda" for any CUDA device ("cuda:1" shares a tuned config with "cuda": a machine's GPUs are alike)."""
+    text = str(device) if device is not None else "cpu"
+    return text.split(":", 1)[0]
+
+
+def normalize_config(config: dict[str, Any], device: Any = None) -> dict[str, Any]:
+    """Validate a loader configuration and fill in the defaults.
+
+    Args:
+        config: a partial or full configuration dict (keys as in the module docstring).
+        device: where batches go; pinning defaults to on for CUDA only.
+
+    Returns:
+        A new dict with exactly the keys backend, num_workers, prefetch, pin_memory (backend "threads" when
+        there are no workers: both backends then gather in the training thread).
+
+    Raises:
+        InputError: unknown key, unknown backend, or a negative/zero count.
+    """
+    unknown = set(config) - set(KEYS) - {"stage", "placement"}
+    if unknown:
+        raise InputError(f"loader config: unknown key(s) {sorted(unknown)}; known: {sorted(KEYS)}")
+    out = {"backend": "threads", "num_workers": default_workers(), "prefetch": DEFAULT_PREFETCH,
+           "pin_memory": device_kind(device) == "cuda"}
+    out.update({k: config[k] for k in KEYS if k in config and config[k] is not None})
+    if out["backend"] not in BACKENDS:
+        raise InputError(f"loader config: backend must be 'threads' or 'processes', got {out['backend']!r}")
+    try:
+        out["num_workers"], out["prefetch"] = int(out["num_workers"]), int(out["prefetch"])
+    except (TypeError, ValueError):
+        raise InputError(f"loader config: num_workers and prefetch must be integers (got {out['num_workers']!r}, "
+                         f"{out['prefetch']!r})") from None
+    if out["num_workers"] < 0 or out["prefetch"] < 1:
+        raise InputError(f"loader config: num_workers must be >= 0 and prefetch >= 1 (got {out['num_workers']}, "
+                         f"{out['prefetch']})")
+    out["pin_memory"] = bool(out["pin_memory"])
+    if out["num_workers"] == 0:
+        out["backend"] = "threads"  # no workers: batches are gathered in the training thread, whatever the backend
+    return out
+
+
+def config_key(window: int, batch_size: int, device: Any, cpus: int | None = None) -> str:
+    """The key a tuned configuration is stored under: ``window=64,batch_size=256,device=cpu,cpus=2``."""
+    cpus = usable_cores() if cpus is None else cpus
+    return f"window={int(window)},batch_size={int(batch_size)},device={device_kind(device)},cpus={int(cpus)}"
+
+
+def _cache_file(store_path: Path) -> Path:
+    digest = hashlib.sha1(str(store_path.resolve()).encode()).hexdigest()[:16]
+    return Path.home() / ".cache" / "kline-store" / f"tune-{digest}.json"
+
+
+def _candidate_files(store_path: str | os.PathLike) -> list[Path]:
+    p = Path(store_path)
+    return [p / TUNE_FILE, _cache_file(p)]
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return {}  # missing or damaged: a damaged tuning file only costs a re-tune
+    return data if isinstance(data, dict) else {}
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return ""
+
+
+def save_config(store_path: str | os.PathLike, window: int, batch_size: int, device: Any, config: dict[str, Any],
+                table: Sequence[dict[str, Any]] = ()) -> Path:
+    """Save a tuned configuration in ``<store>/tune.json``, or ``~/.cache/kline-store/`` if the store is read-only.
+
+    Entries for other keys (window, batch size, device, cpu count) are kept.
+
+    Returns:
+        The file written.
+    """
+    entry = {"config": normalize_config(config, device), "measured": list(table),
+             "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "host": os.uname().nodename, "user": _user()}
+    key = config_key(window, batch_size, device)
+    last_error: OSError | None = None
+    for path in _candidate_files(store_path):
+        data = _read_json(path)
+        data[key] = entry
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "w") as fh:
+                json.dump(data, fh, indent=1, sort_keys=True)
+            os.replace(tmp, path)
+            return path
+        except OSError as exc:  # read-only store: fall through to the per-user cache
+            last_error = exc
+    raise InputError(f"cannot save tuned config for {store_path}: {last_error}")
+
+
+def load_config(store_path: str | os.PathLike, window: int, batch_size: int, device: Any) -> dict[str, Any] | None:
+    """The configuration ``tune`` saved for this store, window, batch size, device kind and cpu count, or None."""
+    key = config_key(window, batch_size, device)
+    for path in _candidate_files(store_path):
+        entry = _read_json(path).get(key)
+        if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
+            try:
+                return normalize_config(entry["config"], device)
+            except InputError:
+                continue
+    return None
+
+
+def resolve_config(config: str | os.PathLike | dict[str, Any] | None, store_path: str | os.PathLike, window: int,
+                   batch_size: int, device: Any) -> tuple[dict[str, Any], str]:
+    """Turn the loader's ``config=`` argument into a configuration dict.
+
+    Args:
+        config: None (defaults), "auto" (the tuned config for this key, the defaults when there is none), a path
+            to a JSON file (a tune file keyed like ``tune.json``, or a plain config dict), or a dict.
+        store_path, window, batch_size, device: the key for "auto" and for keyed tune files.
+
+    Returns:
+        ``(config, source)``: the normalised configuration and where it came from ("default", "tuned", "given").
+
+    Raises:
+        InputError: the path does not exist or holds no usable config; invalid keys or values.
+    """
+    if config is None:
+        return normalize_config({}, device), "default"
+    if isinstance(config, dict):
+        return normalize_config(config, device), "given"
+    if str(config) == "auto":
+        tuned = load_config(store_path, window, batch_size, device)
+        return (tuned, "tuned") if tuned is not None else (normalize_config({}, device), "default")
+    path = Path(config)
+    if not path.is_file():
+        raise InputError(f"loader config: {path} does not exist; pass 'auto', a dict, or a JSON file from `tune`")
+    data = _read_json(path)
+    key = config_key(window, batch_size, device)
+    if isinstance(data.get(key), dict) and "config" in data[key]:
+        return normalize_config(data[key]["config"], device), "given"
+    if data and set(data) <= set(KEYS) | {"stage", "placement"}:
+        return normalize_config(data, device), "given"
+    raise InputError(f"loader config: {path} has no entry for {key}; run `kline-store tune` with these settings")

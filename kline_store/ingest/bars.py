@@ -1,0 +1,351 @@
+"""Every input file read, validated and flattened into bars (one entry per symbol and day), plus calendars.
+
+Shared by a full ingest (ingestion.py) and an append (update.py). Nothing is written to a store here: the
+bars of a big input spill into column files the caller names (in the store's staging folder).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import polars as pl
+
+from . import adjust, columns as C
+from ..store import sessions as SE, timeaxis as TA
+from .dates import parse_days
+from ..errors import InputError
+from .inputs import expand_inputs, is_parquet, location
+from ..progress import Progress
+from .readers import Source, inspect_source, iter_chunks
+from .validate import Problem, merge_problems, quality_problems
+
+EPOCH = np.datetime64("1970-01-01", "D")
+
+
+@dataclass
+class Bars:
+    """Validated bars read from the inputs, as flat arrays (one entry per bar).
+
+    For a big full ingest the arrays are views of spill files in the store's staging folder, so reading a
+    large CSV holds one chunk in memory at a time, not the whole input.
+    """
+
+    names: list[str]                      # symbol code -> name, in first-seen order
+    sym: np.ndarray                       # symbol code of each bar
+    minute: np.ndarray                    # local stamp of each bar, minutes since 1970-01-01 (int64)
+    file: np.ndarray                      # index into ``files``
+    row: np.ndarray                       # 0-based data row in its file
+    values: np.ndarray                    # [n, len(fields)] float32, NaN where the input has no value
+    fields: list[str]                     # the inputs' fields (Yahoo's derived adj_factor included)
+    files: list[Path]
+    sources: list[dict]
+    problems: list[Problem]
+    skipped_empty: int = 0                # rows whose prices are all missing: no bar
+    dropped_columns: dict[str, list[str]] = field(default_factory=dict)
+    intraday: bool = False                # some file carries more than one time of day
+
+    def __len__(self) -> int:
+        return len(self.sym)
+
+    def subset(self, mask: np.ndarray) -> "Bars":
+        """The same bars filtered by a boolean mask."""
+        return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
+                    self.values[mask], self.fields, self.files, self.sources, self.problems,
+                    self.skipped_empty, self.dropped_columns, self.intraday)
+
+    def keys(self, unit: str) -> np.ndarray:
+        """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
+        m = np.asarray(self.minute, dtype=np.int64)
+        return m // TA.MINUTES_PER_DAY if unit == "D" else m
+
+    @property
+    def symbols(self) -> list[str]:
+        """Symbols that have bars, sorted."""
+        return sorted(self.names)
+
+    def codes_for(self, rows_of: dict[str, int]) -> np.ndarray:
+        """Row of each bar, given a symbol -> row mapping (a store's, or the sorted order of a new one)."""
+        lookup = np.asarray([rows_of[n] for n in self.names], dtype=np.int32)
+        return lookup[self.sym]
+
+    def where(self, i: int) -> str:
+        f = self.files[int(self.file[i])]
+        return f"{f} {location(f, self.row[i])}"
+
+    def present_mask(self, sym: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
+        """[n_sym, n_dates] bool of bars; raises InputError naming a duplicated (symbol, date) bar."""
+        present = np.zeros(shape, dtype=bool)
+        present[sym, pos] = True
+        if int(np.count_nonzero(present)) != len(sym):
+            self._raise_duplicate(sym, pos)
+        return present
+
+    def _raise_duplicate(self, sym: np.ndarray, pos: np.ndarray) -> None:
+        key = sym.astype(np.int64) * (int(pos.max()) + 1) + pos
+        order = np.argsort(key, kind="stable")
+        same = np.flatnonzero(key[order][1:] == key[order][:-1])
+        first = order[same[0]]
+        hits = order[key[order] == key[first]]
+        n_dup = int(len(same))
+        stamps = np.asarray(self.minute[hits], dtype=np.int64)
+        if len(np.unique(stamps)) > 1:   # same day, other times of day: intraday bars read as daily ones
+            when = f"date {TA.show(int(stamps[0]) // TA.MINUTES_PER_DAY, 'D')}"
+            hint = "; its bars differ in the time of day: an intraday file? leave --freq out or give its bar size"
+        else:
+            text = TA.show(int(stamps[0]), "m")
+            when = f"date {text[:10]}" if text.endswith(" 00:00") else f"at {text}"
+            hint = ""
+        raise InputError(f"duplicate bar: symbol {self.names[int(self.sym[first])]} {when} appears {len(hits)} "
+                         f"times ({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all{hint}")
+
+
+COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
+           ("values", np.float32))
+
+
+class _Sink:
+    """Collects normalised chunks as flat columns: in memory, or appended to one spill file per column.
+
+    Column files (not records) so that a pass over one column touches only that column's pages.
+    """
+
+    def __init__(self, fields: list[str], spill: Path | None) -> None:
+        self.fields = fields
+        self.spill = spill
+        self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
+        self.parts: dict[str, list[np.ndarray]] = {name: [] for name, _ in COLUMNS}
+        self.names: list[str] = []
+        self.code: dict[str, int] = {}
+        self.n = 0
+        self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
+        self.intraday = False
+
+    def _intern(self, name: str) -> int:
+        code = self.code.get(name)
+        if code is None:
+            code = self.code[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def symbol_codes(self, col: pl.Series) -> np.ndarray:
+        """Code of each row's symbol. Files are mostly grouped by symbol: map runs, not rows."""
+        starts = np.flatnonzero((col != col.shift(1)).fill_null(True).to_numpy())
+        if len(starts) * 8 < len(col):
+            codes = np.asarray([self._intern(n) for n in col.gather(starts).to_list()], dtype=np.uint32)
+            return np.repeat(codes, np.diff(np.append(starts, len(col))))
+        uniq = col.unique().to_list()
+        return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
+
+    def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
+        ms = df["date"].cast(pl.Int64).to_numpy()
+        minute, rest = np.divmod(ms, 60_000)
+        if rest.any():
+            i = int(np.flatnonzero(rest)[0])
+            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
+                             f"bars are whole minutes (1 minute or longer)")
+        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
+        seen[np.unique(minute % TA.MINUTES_PER_DAY)] = True
+        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
+        # within a day. Decided per file: two daily files may well stamp their days differently.
+        self.intraday |= int(np.count_nonzero(seen)) > 1
+        cols = {
+            "sym": self.symbol_codes(df["symbol"]),
+            "minute": minute,
+            "file": np.full(df.height, file_id, dtype=np.uint32),
+            "row": df["_row"].to_numpy(),
+            "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
+                                 for f in self.fields]).to_numpy(order="c"),
+        }
+        for name, dtype in COLUMNS:
+            arr = np.ascontiguousarray(cols[name], dtype=dtype)
+            if self.fh:
+                arr.tofile(self.fh[name])
+            else:
+                self.parts[name].append(arr)
+        self.n += df.height
+
+    def columns(self) -> dict[str, np.ndarray]:
+        nf = len(self.fields)
+        out = {}
+        for name, dtype in COLUMNS:
+            shape = (self.n, nf) if name == "values" else (self.n,)
+            if self.fh:
+                self.fh[name].close()
+                out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
+                             if self.n else np.empty(shape, dtype))
+            elif len(self.parts[name]) == 1:
+                out[name] = self.parts[name][0]          # one chunk (most files): no copy
+            else:
+                out[name] = (np.concatenate(self.parts[name]) if self.parts[name] else np.empty(shape, dtype))
+        return out
+
+    def close(self) -> None:
+        for fh in (self.fh or {}).values():
+            fh.close()
+
+
+def input_fields(sources: list[Source]) -> list[str]:
+    """The union of the fields the sources' frames carry, in store order."""
+    return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
+
+
+def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
+              strict: bool = False, quiet: bool = True, spill: Path | None = None,
+              symbol_pattern: str | None = None) -> Bars:
+    """Read, normalise and validate every input; raise InputError on the first hard error.
+
+    Args:
+        spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+    """
+    files = expand_inputs(list(inputs))
+    sources = [inspect_source(f, user_map, symbol_pattern) for f in files]   # all headers before any row
+    unused = set(user_map or {}) - {c for s in sources for c in s.columns}
+    if unused:
+        raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
+                         f"(columns of {files[0].name}: {C.preview(sources[0].columns)})")
+    fields = [f for f in input_fields(sources) if any(f in s.fields for s in sources)]
+    sink = _Sink(fields, spill)
+    problems: list[Problem] = []
+    n_empty = 0
+    prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
+                    scale=True)
+    rows_per_file = []
+    try:
+        for i, src in enumerate(sources):
+            rows = 0
+            prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
+            for df in iter_chunks(src):
+                rows += df.height
+                empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
+                if empty.any():
+                    n_empty += int(empty.sum())
+                    df = df.filter(~empty)
+                df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
+                problems = merge_problems(problems, quality_problems(df, files))
+                sink.add(adjust.clean(df), i, src.path)
+                prog.step(0, note=f"{src.path.name}: {rows:,} rows")
+            rows_per_file.append(rows)
+            prog.step(_size(src.path), note=src.path.name)
+    finally:
+        prog.close()
+        sink.close()
+    if sink.n == 0:
+        raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
+    if strict and problems:
+        p = problems[0]
+        raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
+    col = sink.columns()
+    srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
+             "rows": r} for s, r in zip(sources, rows_per_file)]
+    dropped = {str(s.path): s.dropped for s in sources if s.dropped}
+    return Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
+                problems, n_empty, dropped, sink.intraday)
+
+
+def _size(p: Path) -> int:
+    try:
+        return os.path.getsize(p)
+    except OSError:
+        return 0
+
+
+def read_calendar(path: str | os.PathLike) -> np.ndarray:
+    """A trading calendar file: one date per row (first column, or a column named like a date).
+
+    Returns sorted unique days since 1970-01-01 (int32).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such calendar file")
+    try:
+        if is_parquet(p):
+            df = pl.read_parquet(p, glob=False)
+        else:
+            first = p.read_text(errors="replace").splitlines()[:1]
+            header = bool(first) and not any(ch.isdigit() for ch in first[0])
+            df = pl.read_csv(p, has_header=header, infer_schema_length=0, glob=False)
+    except Exception as exc:  # polars raises many kinds; all mean "unreadable"
+        raise InputError(f"{p}: cannot read calendar ({' '.join(str(exc).split())[:200]})") from None
+    col = next((c for c in df.columns if C.ALIASES.get(C.normalise(c)) == "date"), df.columns[0])
+    is_open = next((c for c in df.columns if C.normalise(c) == "is_open"), None)
+    if is_open is not None:   # tushare trade_cal lists closed days too, with is_open = 0
+        df = df.filter(pl.col(is_open).cast(pl.Int64, strict=False) == 1)
+        if df.height == 0:
+            raise InputError(f"{p}: calendar has no day with {is_open} = 1")
+    skip = 0 if is_parquet(p) or header else -1     # a header-less CSV: data row 0 is line 1
+    return np.unique(parse_days(df[col], p, col, lambda i: location(p, int(i) + skip)).cast(pl.Int32).to_numpy())
+
+
+def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
+    """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
+    pos = np.searchsorted(calendar, keys)
+    pos_c = np.minimum(pos, len(calendar) - 1)
+    off = calendar[pos_c] != keys
+    if off.any():
+        n = int(off.sum())
+        i = int(np.flatnonzero(off)[0])
+        extra = np.unique(keys[off])
+        shown = ", ".join(TA.show(int(d), unit) for d in extra[:5])
+        what = "date(s)" if unit == "D" else "time(s)"
+        raise InputError(f"{n} bar(s) at {len(extra)} {what} not in the calendar ({shown}"
+                         f"{', ...' if len(extra) > 5 else ''}); first: {bars.names[int(bars.sym[i])]} "
+                         f"{TA.show(int(keys[i]), unit)} in {bars.where(i)}")
+    return pos
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A store's time axis: its bar size, the unit of its keys, and (intraday) its session template."""
+
+    freq: str
+    sessions: SE.Sessions | None = None
+
+    @property
+    def unit(self) -> str:
+        return TA.unit(self.freq)
+
+    def manifest(self) -> dict:
+        """The manifest's record of the axis."""
+        return {"freq": self.freq, "timezone": "exchange-local, naive",
+                "sessions": self.sessions.as_dict() if self.sessions else None}
+
+    @classmethod
+    def of(cls, manifest: dict) -> Axis:
+        sess = manifest.get("sessions")
+        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None)
+
+
+def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
+                ) -> Axis:
+    """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
+    day (then the most common gap between a symbol's bars of a day)."""
+    f = TA.parse_freq(freq) if freq is not None else None
+    if f is None:
+        f = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if bars.intraday \
+            else TA.DAILY
+    finer = TA.finer_than(f, np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if freq else None
+    if finer is not None:
+        raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
+                         f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
+                         f"then resample the store)")
+    if sessions is not None and f == TA.DAILY:
+        raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
+    if stamp is not None and sessions is None:
+        raise InputError("--stamp applies with --sessions")
+    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
+
+
+def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:
+    """A new store's calendar (sorted keys): the union of the bars' keys, a calendar file's dates (daily), or
+    every session bar of every trading date up to the last bar (intraday with a template)."""
+    if calendar_file is not None:
+        if axis.freq != TA.DAILY:
+            raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        return read_calendar(calendar_file).astype(np.int64)
+    if axis.sessions is not None:
+        return SE.calendar(keys, axis.sessions, axis.freq)
+    return np.unique(keys)

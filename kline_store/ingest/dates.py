@@ -1,0 +1,188 @@
+"""Date cells -> local timestamps: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
+
+The result keeps the time of day when the file has one (intraday bars need it; a daily file's constant
+``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive: a time-zone-aware
+Parquet column keeps its local wall clock, not UTC. Long files repeat each date once per symbol, so only the
+distinct values are parsed. Dates outside 1800-01-01..2200-12-31 are errors: such a value is a placeholder or
+a typo, and a calendar stretched to it would reserve room for centuries of days.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import polars as pl
+
+from . import columns as C
+from ..errors import InputError
+
+FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
+EXPECTED = "accepted: YYYYMMDD[HHMM], YYYY-MM-DD[ HH:MM[:SS]], M/D/YYYY, YYYY/MM/DD"
+TIME = pl.Datetime("ms")
+_TIME_OF_DAY = r"^([^\sT]+)[\sT](\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)"
+
+Line = Callable[[int], str]   # index of a value in the column -> "line N" (see inputs.location)
+
+
+def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """Parse a date column into local timestamps (``pl.Datetime("ms")``, midnight where there is no time of
+    day); raise InputError naming the file, line, column and value of the first bad date.
+
+    Args:
+        raw: the column as read (strings, integers, floats or temporal values).
+        path: the file, for messages.
+        column: the column's name in the file.
+        line: where the i-th value of ``raw`` is.
+    """
+    if raw.dtype.is_integer() and not raw.null_count() and raw.len() and \
+            int(raw.min()) >= 18000101 and int(raw.max()) <= 22001231:   # type: ignore[arg-type]
+        out = _yyyymmdd(raw, path, column, line).cast(TIME)
+    else:
+        uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: name the earliest line
+        parsed = _parse_unique(uniq, raw, path, column, line)
+        _check_range(parsed.dt.date(), uniq, raw, path, column, line)
+        out = raw.replace_strict(uniq, parsed, default=None, return_dtype=TIME)
+        if out.null_count():
+            raise InputError(f"{path}: {line(out.is_null().arg_max())}: missing date in column {column!r}")
+    return out.alias("date")
+
+
+def parse_days(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """A column of dates (a calendar file): the date part of :func:`parse_dates`."""
+    return parse_dates(raw, path, column, line).dt.date()
+
+
+def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path, column: str, line: Line) -> None:
+    days = parsed.cast(pl.Int32).to_numpy()
+    lo, hi = int(FIRST_DAY.astype(np.int64)), int(LAST_DAY.astype(np.int64))
+    out = (days < lo) | (days > hi)
+    if out.any():
+        j = int(np.flatnonzero(out)[0])
+        i = (raw == uniq[j]).arg_max()
+        raise InputError(f"{path}: {line(i)}: date {parsed[j]} ({uniq[j]!r}) in column {column!r} is outside "
+                         f"{FIRST_DAY}..{LAST_DAY}")
+
+
+def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """YYYYMMDD integers -> dates (tushare's trade_date); rejects 20240230 and years outside 1800..2200.
+
+    Converts the distinct values only, then gathers through a lookup table indexed by value.
+    """
+    v = raw.to_numpy().astype(np.int64)
+    uniq = raw.unique().to_numpy().astype(np.int64)
+    y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
+    months = (y - 1970) * 12 + (m - 1)
+    days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
+    back = days.astype("datetime64[M]").astype(np.int64)
+    bad = (m < 1) | (m > 12) | (d < 1) | (back != months) | (y < 1800) | (y > 2200)
+    if bad.any():
+        value = int(uniq[np.flatnonzero(bad)[0]])
+        i = int(np.flatnonzero(v == value)[0])
+        raise InputError(f"{path}: {line(i)}: unparseable date {value} in column {column!r} "
+                         f"(expected YYYYMMDD, years 1800..2200)")
+    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231
+    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
+    table[uniq - lo] = days
+    return pl.Series("date", table[v - lo])
+
+
+def _digit_stamps(text: pl.Series) -> pl.Series | None:
+    """Stamps written as digits only, all ``YYYYMMDDHHMM`` or all ``YYYYMMDDHHMMSS`` (null where not a valid
+    time); None for any other column."""
+    for digits, fmt in ((12, "%Y%m%d%H%M"), (14, "%Y%m%d%H%M%S")):
+        if text.len() and text.str.contains(rf"^\d{{{digits}}}$").all():
+            return text.str.to_datetime(fmt, strict=False, time_unit="ms")
+    return None
+
+
+def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: Line) -> pl.Series:
+    dt = uniq.dtype
+
+    def fail(value: object, expected: str) -> InputError:
+        i = (raw == value).arg_max()
+        return InputError(f"{path}: {line(i)}: unparseable date {C.short(value)} in column {name!r} "
+                          f"({expected})")
+
+    if dt == pl.Date:
+        return uniq.cast(TIME)
+    if isinstance(dt, pl.Datetime) and dt.time_zone:
+        return uniq.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
+    if dt.is_temporal():
+        return uniq.cast(TIME)
+    if dt.is_integer() or dt.is_float():
+        whole = uniq.cast(pl.Float64)
+        if (whole != whole.round(0)).any():
+            raise fail(uniq.filter(whole != whole.round(0))[0], "expected YYYYMMDD")
+        text = whole.cast(pl.Int64).cast(pl.String)   # 19991110.0 (pandas after a NaN) is 19991110
+        out = _digit_stamps(text)
+        if out is None:
+            out = text.str.to_date("%Y%m%d", strict=False).cast(TIME)
+        if out.null_count():
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDD or YYYYMMDDHHMM")
+        return out
+    if dt not in (pl.String, pl.Categorical) and not isinstance(dt, pl.Enum):
+        raise InputError(f"{path}: date column {name!r} has type {dt}; expected dates, text or YYYYMMDD numbers")
+    text = uniq.cast(pl.String).str.strip_chars()
+    out = _digit_stamps(text)   # YYYYMMDDHHMM[SS] written as text
+    if out is not None:
+        if out.null_count():
+            raise fail(uniq.filter(out.is_null())[0], "expected YYYYMMDDHHMM[SS]")
+        return out
+    clock = None
+    if text.str.contains(r"[\sT]\d").any():
+        # A time of day ("2006-11-07 15:00:00", "2020-07-01 09:31", "2020-01-02T00:00:00Z"): kept apart.
+        clock = text.str.extract(_TIME_OF_DAY, 2)
+        text = text.str.extract(r"^([^\sT]+)", 1)
+    if text.len() == 0:
+        raise InputError(f"{path}: date column {name!r} is empty")
+    sample = text.head(1000)
+    fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
+    if fmt is None:
+        # No single format fits: name a value no format reads, or two values in different formats.
+        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in C.DATE_FORMATS}
+        for i in range(sample.len()):
+            if not any(fits[f][i] for f in fits):
+                raise fail(uniq[i], EXPECTED)
+        first = next(f for f in C.DATE_FORMATS if fits[f][0])
+        j = int((~fits[first]).arg_max())
+        a, b = uniq[0], uniq[j]
+        raise InputError(f"{path}: mixed date formats in column {name!r}: {a!r} ({line((raw == a).arg_max())})"
+                         f" and {b!r} ({line((raw == b).arg_max())}); use one format per file")
+    out = text.str.to_date(fmt, strict=False)
+    if out.null_count():
+        raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
+    stamp = out.cast(TIME)
+    if clock is not None:
+        hms = clock.fill_null("00:00").str.split(":")
+        secs = (hms.list.get(0).cast(pl.Int64) * 3600 + hms.list.get(1).cast(pl.Int64) * 60
+                + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64))
+        bad = (hms.list.get(0).cast(pl.Int64) > 24) | (hms.list.get(1).cast(pl.Int64) > 59) | (secs > 86400)
+        if bad.any():
+            raise fail(uniq.filter(bad)[0], "a time of day HH:MM[:SS]")
+        stamp = (stamp.cast(pl.Int64) + secs * 1000).cast(TIME)
+    return stamp
+
+
+def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
+    """YYYYMMDD (or YYYYMMDDHHMM[SS]) written as floats (``19991110.0``: pandas writes an int column so once it
+    held a NaN) as the integers they are; any other column as it is. Text only: a float-typed column is parsed as numbers.
+
+    Raises:
+        InputError: a column of such floats holds one with a fraction (``20240103.5``), named with its line.
+    """
+    if raw.dtype != pl.String:
+        return raw
+    text = raw.str.strip_chars()
+    text = pl.when(text.is_in(C.NULL_VALUES)).then(None).otherwise(text)   # "nan", "NA": missing, named later
+    text = pl.select(text.alias(raw.name)).to_series()
+    cells = text.drop_nulls()
+    if cells.len() == 0 or not cells.str.contains(r"^(\d{8}|\d{12}|\d{14})\.\d*$").all():
+        return raw
+    whole = text.str.contains(r"^\d+\.0*$")
+    if not whole.fill_null(True).all():
+        i = int((~whole.fill_null(True)).arg_max())
+        raise InputError(f"{path}: {line(i)}: unparseable date {C.short(raw[i])} in column {column!r} "
+                         f"(a YYYYMMDD number with a fraction)")
+    return text.str.replace(r"\.0*$", "").cast(pl.Int64)

@@ -1,0 +1,71 @@
+"""Export a store back to long format: one row per existing bar (symbol, date or time, <fields>); or, with
+``fmt="qlib"``, as a Qlib provider directory (qlib_store.py).
+
+A daily store's rows carry a ``date``; an intraday store's a ``time`` (its bar stamp, local and naive), which
+``ingest`` reads back as the same bars.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..errors import InputError
+from .qlib_store import export_provider
+from ..store.snapshot import open_store
+
+
+def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFrame:
+    """The store as a long polars frame, sorted by (symbol, date); a bar is a cell with any finite field."""
+    st = open_store(path)
+    frames = []
+    with st:
+        panel = st.panel
+        key = "date" if st.freq == "1d" else "time"
+        for lo in range(0, st.n_symbols, symbols_per_chunk):
+            block = np.asarray(panel[lo: lo + symbols_per_chunk])
+            present = np.isfinite(block).any(axis=2)
+            s_idx, d_idx = np.nonzero(present)
+            vals = block[s_idx, d_idx, :]
+            when = st.dates[d_idx]
+            cols = {"symbol": np.asarray(st.symbols, dtype=object)[lo + s_idx],
+                    key: when if key == "date" else when.astype("datetime64[ms]")}
+            cols.update({f: vals[:, j] for j, f in enumerate(st.fields)})
+            frames.append(pl.DataFrame(cols, schema_overrides={"symbol": pl.String}))
+    if not frames:
+        return pl.DataFrame(schema={"symbol": pl.String, key: pl.Date if key == "date" else pl.Datetime("ms")})
+    return pl.concat(frames)
+
+
+def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> int:
+    """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows.
+
+    ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
+    returns the number of symbols written then.
+    """
+    if fmt == "qlib":
+        return export_provider(path, out).symbols
+    out = Path(out)
+    suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())
+    if suffix not in (".parquet", ".pq", ".csv"):
+        raise InputError(f"{out}: unknown export format (use .parquet or .csv, or --format qlib for a directory)")
+    if not out.parent.is_dir():
+        raise InputError(f"{out}: folder {out.parent} does not exist")
+    df = to_frame(path)
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    try:
+        if suffix == ".csv":
+            df.write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
+        else:
+            df.write_parquet(tmp)
+        os.replace(tmp, out)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return df.height

@@ -1,0 +1,206 @@
+"""Full ingest: input files -> validated bars -> a new generation, block by block -> a new store version.
+
+Everything happens under the writer lock, the "is a store already there" check included, so two ingests
+into one place cannot both win. Nothing is published until every input has been read and validated; the
+panel is written into a staging file and published by an atomic manifest swap, so a failed or killed ingest
+leaves an existing store as it was, and a failed first ingest leaves nothing behind (not even its folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import adjust, columns as C, panel as P, qlib_store as Q
+from ..store import lock, manifest as mf, timeaxis as TA
+from .. import progress
+from ..store import writer as W
+from .bars import build_calendar, calendar_positions, choose_axis, read_bars
+from ..errors import InputError, StoreError
+from .inputs import as_input_list, expand_inputs
+from .readers import WHOLE_FILE
+from .report import IngestReport
+from ..store.snapshot import STAGING
+
+
+def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
+           user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
+           quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
+           replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
+           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None
+           ) -> IngestReport:
+    """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
+    directory (qlib_store.py).
+
+    Args:
+        inputs: paths, folders or glob patterns.
+        out: store directory; an existing store there is replaced atomically with ``replace``, anything
+            else in the way is refused.
+        calendar: optional file of trading dates (daily stores); default is the union of all input dates.
+        user_map / map: column mapping, as a dict or as ``["SRC=DST", ...]`` (``--map``).
+        strict: turn data-quality warnings into errors.
+        quiet: no progress bar.
+        capacity: days reserved per symbol row for future appends (default: see writer.default_capacity).
+        wait: seconds to wait for another writer's lock.
+        replace: rebuild an existing store at ``out`` from these inputs alone (atomically; without it an
+            existing store is refused, so a day's file cannot wipe out years of history by mistake).
+        symbol_pattern: regular expression for the symbol in one-file-per-symbol names (its first group),
+            e.g. ``r"yahoofinance-(\\w+)-"``; default: the name without its suffix.
+        freq: the bar size ("1d", "1min", "5min", "1h", ...); default: daily unless the stamps carry more than
+            one time of day, then the most common gap between a symbol's bars of one day.
+        sessions: intraday calendar template ("ashare", "us", "24h" or a CSV of open,close): every session bar
+            of every trading date of the input; bars outside the sessions are errors. Default: the union of the
+            input's stamps.
+        stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
+        instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
+            default, "csi300", ...) or of a file in that format.
+
+    Returns:
+        IngestReport with counts and the problems found.
+    """
+    t0 = time.perf_counter()
+    inputs = as_input_list(inputs)
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out={out!r}: expected a store directory path")
+    out = Path(out)
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+    umap = dict(user_map or {})
+    umap.update(C.parse_mapping(map))
+    qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
+    if qlib is not None and (sessions or stamp or (freq and TA.parse_freq(freq) != TA.DAILY)):
+        raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
+                         f"do not apply to it")
+    files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
+        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
+        if has_store and not replace:
+            raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
+                             f"`ingest --replace` (replace=True) rebuilds it from these inputs alone")
+        if not has_store and not _only_leftovers(out):
+            if held.made_file:
+                held.remove()   # a folder that is not ours keeps nothing of this refusal
+            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
+        try:
+            W.prepare(out)
+            if qlib is not None:
+                built = Q.build_store(qlib, out, capacity)
+            else:
+                result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
+                                (freq, sessions, stamp))
+        except BaseException:
+            _clean_failure(out, held, first=not has_store)
+            raise
+        W.clean_staging(out)
+        W.collect(out, built.manifest if qlib is not None else result[-1])
+    if qlib is not None:
+        return built.report(out, time.perf_counter() - t0)
+    version, n_bars, bars, symbols, fields, dates, _ = result
+    return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
+                        str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
+                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"))
+
+
+def _only_leftovers(folder: Path) -> bool:
+    """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
+    for p in folder.iterdir():
+        n = p.name
+        if n == mf.VERSIONS_DIR and p.is_dir() and any(p.glob("v*.json")):
+            return False   # version copies: a store that lost its manifest.json, recoverable, not leftovers
+        if not (n in (lock.LOCK_NAME, STAGING, mf.VERSIONS_DIR) or n.startswith(f".{mf.MANIFEST}.tmp-")
+                or mf.DATA_FILE_RE.fullmatch(n)):
+            return False
+    return True
+
+
+def _clean_failure(out: Path, held: lock.WriterLock, first: bool) -> None:
+    """Undo a failed ingest (under the lock). Over an existing store: remove staging and a data file no
+    manifest uses. A first ingest: remove everything it wrote, the lock file, and the folder if it made it."""
+    try:
+        W.clean_staging(out)
+        if not first or (out / mf.MANIFEST).exists():
+            return
+        for p in out.iterdir():
+            if p.name == lock.LOCK_NAME:
+                continue
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        held.remove()
+        if held.created and held.created_from is not None:
+            folder = out
+            while True:            # the folder, and the parents made for it, if they are empty
+                folder.rmdir()
+                if folder == held.created_from:
+                    break
+                folder = folder.parent
+    except (OSError, StoreError):
+        pass    # the error being raised says what went wrong; leftovers are ours and the next writer's
+
+
+def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
+           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple):
+    """The whole ingest under the writer lock (held by the caller)."""
+    # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
+    # ones keep them in memory, which is faster.
+    big = sum(_size(f) for f in files) > WHOLE_FILE
+    spill = W.staging_dir(out) / "bars.spill" if big else None
+    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern)
+    axis = choose_axis(bars, *axis_args)
+    keys = bars.keys(axis.unit)
+    cal = build_calendar(keys, axis, calendar)
+    pos = calendar_positions(keys, cal, bars, axis.unit).astype(np.int32)
+    del keys
+    symbols = bars.symbols
+    fields = adjust.store_fields(bars.fields)
+    source = adjust.factor_source(fields)
+    dates = TA.stamps(cal, axis.unit)
+    version, generation, _ = W.next_numbers(out)
+    sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
+    present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
+    first, last = W.bar_extent(present)
+    del present
+    place = P.Placement.of(sym, pos, len(symbols))
+    gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
+    last_factor = np.full(len(symbols), np.nan) if source == adjust.EVENTS else None
+    divisors = np.full(len(symbols), np.nan) if source == adjust.INPUT else None
+    try:
+        for lo, block in P.new_blocks(bars, place, len(symbols), len(cal), fields):
+            state = adjust.finish_block(block, fields, source)
+            for acc, got in ((last_factor, state.last), (divisors, state.rebase)):
+                if acc is not None and got is not None:
+                    acc[lo: lo + len(block)] = got
+            gen.write(lo, block)
+        W.crashpoint("ingest:filled")
+        data = gen.finish()
+    except BaseException:
+        gen.abort()
+        raise
+    W.crashpoint("ingest:data-in-place")
+    m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
+                         capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
+                         sources=bars.sources, created_at=None,
+                         extra={**axis.manifest(),
+                                "calendar_source": str(calendar) if calendar else
+                                (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
+                                "adj_factor_source": source,
+                                "adj_last_factor": adjust.state_list(last_factor),
+                                "adj_rebase": adjust.state_list(divisors)})
+    try:
+        W.commit(out, m)
+    except BaseException:
+        W.discard_uncommitted(out, data["file"])
+        raise
+    n_bars = len(bars)
+    bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
+    return version + 1, n_bars, bars, symbols, fields, dates, m
+
+
+def _size(p: Path) -> int:
+    try:
+        return os.path.getsize(p)
+    except OSError:
+        return 0

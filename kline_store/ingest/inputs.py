@@ -1,0 +1,127 @@
+"""Where input comes from: files, folders and globs; the symbol in a file name; "line N of file".
+
+Every message that points into an input file gets its position from :func:`location`, the one place that
+knows a CSV's header is line 1 and a Parquet file has rows.
+"""
+
+from __future__ import annotations
+
+import glob as _glob
+import os
+import re
+from pathlib import Path
+
+from ..errors import InputError
+from .qlib_format import is_provider
+
+CSV_SUFFIXES = (".csv", ".txt", ".tsv")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+def is_parquet(p: Path) -> bool:
+    return p.name.lower().endswith(PARQUET_SUFFIXES)
+
+
+def location(path: Path, row: int) -> str:
+    """Where 0-based data row ``row`` is, in the file's own terms: "line N" of a CSV (its header is line 1),
+    "row N" of a Parquet file."""
+    return f"row {int(row) + 1}" if is_parquet(path) else f"line {int(row) + 2}"
+
+
+def _is_data_file(p: Path) -> bool:
+    name = p.name.lower()
+    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
+
+
+def _walk(folder: Path) -> list[Path]:
+    return sorted(f for f in folder.rglob("*") if f.is_file() and _is_data_file(f))
+
+
+def as_input_list(inputs: object) -> list[str | os.PathLike]:
+    """``inputs`` as a list of paths: one path given alone is a list of one (not its characters)."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [inputs]
+    try:
+        items = list(inputs)   # type: ignore[call-overload]
+    except TypeError:
+        raise InputError(f"inputs={inputs!r}: expected a path or a list of paths") from None
+    if not items:
+        raise InputError("no input given")
+    for x in items:
+        if not isinstance(x, (str, os.PathLike)):
+            raise InputError(f"input {x!r}: expected a path")
+    return items
+
+
+def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
+    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
+    inputs = as_input_list(inputs)
+    files: list[Path] = []
+    for item in inputs:
+        s = str(item)
+        p = Path(s)
+        if p.is_dir():
+            if is_provider(p):    # its calendar and instrument lists are .txt files, not bars
+                raise InputError(f"{p}: a Qlib provider directory is read by `kline-store ingest {p} -o STORE`, "
+                                 f"alone; append and mixed inputs take CSV or Parquet files")
+            found = _walk(p)
+            nested = next((f.parents[1] for f in found if f.parent.name in ("calendars", "instruments")
+                           and is_provider(f.parents[1])), None)
+            if nested is not None:
+                raise InputError(f"{p}: holds the Qlib provider directory {nested}: ingest it alone "
+                                 f"(`kline-store ingest {nested} -o STORE`)")
+            if not found:
+                raise InputError(f"{p}: folder holds no .csv or .parquet file")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        elif any(ch in s for ch in "*?["):
+            found = []
+            for m in sorted(_glob.glob(s, recursive=True)):
+                mp = Path(m)
+                if mp.is_dir():
+                    found.extend(_walk(mp))
+                elif mp.is_file():
+                    found.append(mp)
+            if not found:
+                raise InputError(f"{s}: pattern matches no file")
+            files.extend(found)
+        else:
+            raise InputError(f"{s}: no such file or folder")
+    seen: set[Path] = set()
+    out = []
+    for f in files:
+        r = f.resolve()
+        if r not in seen:
+            seen.add(r)
+            out.append(f)
+    return out
+
+
+def symbol_from_name(p: Path, pattern: str | None = None) -> str:
+    """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
+    what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
+    name = p.name
+    for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
+        if name.lower().endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    if pattern:
+        m = re.search(compile_pattern(pattern), name)
+        if m is None:
+            raise InputError(f"{p}: --symbol-pattern {pattern!r} does not match the file name {name!r}")
+        name = m.group(1) if m.groups() else m.group(0)
+        if not name:
+            raise InputError(f"{p}: --symbol-pattern {pattern!r} finds an empty symbol in the file name")
+    if not name:
+        raise InputError(f"{p}: no symbol in the file name (nothing before its suffix); rename the file or add a "
+                         f"symbol column")
+    return name
+
+
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """``--symbol-pattern`` as a regular expression; InputError naming the option when it is not one."""
+    try:
+        return re.compile(pattern)
+    except (re.error, OverflowError, RecursionError) as exc:
+        raise InputError(f"--symbol-pattern {pattern!r}: not a regular expression ({exc})") from None

@@ -1,0 +1,342 @@
+"""Daily operation: add new days and new symbols to a store, and apply revised bars.
+
+Two ways to write, chosen per append:
+
+* **tail** (the daily case, cost proportional to the new data): new days land in the reserved room after each
+  symbol row, new symbols become new rows at the end of the file, and row checksums are extended
+  incrementally. The bytes are reserved first and written with pwrite (never through a mapping), so a full
+  disk is an error before anything is written. No byte that any committed version can see is modified, so
+  open readers keep their snapshot and a killed append leaves the previous version intact.
+* **rewrite** (history changes): revised cells, dates inserted inside or before the calendar, new fields or
+  exhausted capacity write a new generation file (copy-on-write), a block of rows at a time, then swap the
+  manifest.
+
+Alignment is always by calendar date, never by a symbol's own row order: a symbol suspended on a new day gets
+NaN on exactly that day. Symbols keep their row for life (new listings are added at the end), so symbol
+indices stay valid across versions.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import adjust, columns as C, panel as P
+from ..store import lock, manifest as mf, safefs, writer as W
+from ..store import sessions as SE, timeaxis as TA
+from .bars import Axis, Bars, read_bars
+from ..errors import InputError, StoreError
+from .inputs import as_input_list
+from .report import IngestReport
+from ..store.snapshot import Store, open_store
+
+
+@dataclass
+class Plan:
+    """What an append will do, computed before anything is written."""
+
+    calendar: np.ndarray          # new calendar: keys in the store's unit (days or minutes since 1970)
+    unit: str                     # "D" or "m"
+    symbols: list[str]            # old symbols, then new ones in sorted order
+    fields: list[str]             # old fields, then new ones
+    sym: np.ndarray               # row of each input bar
+    pos: np.ndarray               # calendar index (new calendar) of each input bar
+    new_dates: int
+    new_symbols: list[str]
+    changed: dict[str, int]       # symbol -> cells changed in existing bars / days
+    mode: str                     # "tail", "rewrite" or "none"
+    reason: str
+    factor_source: str | None     # how adj_factor is obtained after this append (see adjust.factor_source)
+
+
+def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
+           user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
+           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None) -> IngestReport:
+    """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
+
+    Args:
+        store: an existing store directory.
+        inputs: files, folders or globs in any format ``ingest`` accepts.
+        map / user_map: column mapping (as for ingest).
+        strict: data-quality warnings become errors.
+        dry_run: compute and report the changes; write nothing.
+        wait: seconds to wait for another writer's lock.
+
+    Returns:
+        IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
+    """
+    t0 = time.perf_counter()
+    store_dir = Path(store)
+    mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    umap = dict(user_map or {})
+    umap.update(C.parse_mapping(map))
+    bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
+                     symbol_pattern=symbol_pattern)
+    if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
+        with open_store(store_dir, verify=False) as old:
+            plan, _ = _plan(old, bars)
+            version = old.version
+            freq = old.freq
+    else:
+        with lock.WriterLock(store_dir, wait=wait):
+            with open_store(store_dir, verify=False) as old:
+                W.prepare(store_dir, old.manifest)
+                plan, rebase = _plan(old, bars)
+                committed = old.manifest
+                try:
+                    if plan.mode == "tail":
+                        committed = write_tail(store_dir, old, bars, plan, rebase)
+                    elif plan.mode == "rewrite":
+                        committed = write_rewrite(store_dir, old, bars, plan, rebase)
+                finally:
+                    W.clean_staging(store_dir)
+            if plan.mode != "none":
+                W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
+            version = committed["version"]
+            freq = committed.get("freq", "1d")
+    cal = TA.stamps(plan.calendar, plan.unit)
+    top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
+    extra = {
+        "mode": (("dry run, would " + plan.mode) if plan.mode != "none" else "dry run: nothing new")
+                if dry_run else plan.mode,
+        "why": plan.reason,
+        "new dates": plan.new_dates,
+        "new symbols": f"{len(plan.new_symbols)}" + (f" ({', '.join(plan.new_symbols[:10])}"
+                                                     f"{' ...' if len(plan.new_symbols) > 10 else ''})"
+                                                     if plan.new_symbols else ""),
+        "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
+            ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
+    }
+    return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
+                        str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
+                        bars.dropped_columns, time.perf_counter() - t0, extra,
+                        freq=freq)
+
+
+def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
+    """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
+    rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
+                                     bars.fields)
+    return make_plan(old, bars), rebase
+
+
+def make_plan(old: Store, bars: Bars) -> Plan:
+    """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
+    axis = Axis.of(old.manifest)
+    if axis.freq == TA.DAILY and bars.intraday:
+        size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
+        if size != TA.DAILY:   # several bars of a symbol on one day, not just a varying close stamp
+            raise InputError(f"{bars.where(0)}: {size} bars (several a day) for {old.path}, a daily store: "
+                             f"ingest them into an intraday store, then resample it to 1d")
+    old_days = old.dates.astype(np.int64)   # keys: days, or minutes of an intraday store
+    days = bars.keys(axis.unit)
+    if axis.freq != TA.DAILY:
+        midnight = days % TA.MINUTES_PER_DAY == 0
+        if midnight.all() and not (old_days % TA.MINUTES_PER_DAY == 0).any():
+            raise InputError(f"{bars.where(0)}: bars without a time of day (daily bars?) for {old.path}, an "
+                             f"intraday store ({axis.freq}) with no bar at midnight")
+        finer = TA.finer_than(axis.freq, days, np.asarray(bars.sym))
+        if finer is not None:
+            raise InputError(f"{bars.where(finer)}: bar at {TA.show(int(days[finer]), 'm')} is less than "
+                             f"{axis.freq} after the symbol's previous bar: finer than the store's bars")
+    if axis.sessions is not None:
+        # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
+        # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
+        cal = np.union1d(old_days, np.union1d(days, SE.calendar(np.r_[days, old_days[-1:]], axis.sessions,
+                                                                axis.freq)))
+        outside = ~np.isin(days, cal)
+        if outside.any():
+            i = int(np.flatnonzero(outside)[0])
+            raise InputError(f"{bars.where(i)}: bar at {TA.show(int(days[i]), 'm')} is outside the store's "
+                             f"sessions ({axis.sessions.name})")
+    else:
+        cal = np.union1d(old_days, days)
+    inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
+    new_dates = len(cal) - len(old_days)
+    pos = np.searchsorted(cal, days)
+    known = set(old.symbols)
+    new_syms = sorted(s for s in bars.symbols if s not in known)
+    symbols = old.symbols + new_syms
+    sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
+    bars.present_mask(sym, pos, (len(symbols), len(cal)))   # duplicate (symbol, date) check
+    in_fields = bars.fields
+    new_fields, source = adjust.source_after_append(old.manifest.get("adj_factor_source"), old.fields, in_fields)
+    fields = old.fields + new_fields
+    # Bars on days the old store already covers: compare with what is stored (revisions). Only values the
+    # input has count: an empty cell in a re-sent bar leaves the stored value alone.
+    changed: dict[str, int] = {}
+    overlap = (sym < old.n_symbols) & np.isin(days, old_days)
+    if overlap.any():
+        o_pos = np.searchsorted(old_days, days[overlap])
+        o_sym = sym[overlap]
+        cols = [f for f in in_fields if f in old.fields]
+        fidx = [old.fields.index(f) for f in cols]
+        stored = np.asarray(old.panel[o_sym[:, None], o_pos[:, None], np.asarray(fidx)[None, :]])
+        given = bars.values[overlap][:, [in_fields.index(c) for c in cols]]
+        diff = np.isfinite(given) & (stored != given)
+        if "adj_factor" in cols:   # a rescaled vendor factor may differ from the stored one in the last bit
+            j = cols.index("adj_factor")
+            diff[:, j] &= ~np.isclose(given[:, j], stored[:, j], rtol=1e-6, atol=0)
+        per_bar = diff.sum(axis=1)
+        if per_bar.any():
+            counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
+            changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
+    if new_dates == 0 and not new_syms and not changed and not new_fields:
+        return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
+    reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
+              if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
+              else "date capacity exhausted" if len(cal) > old.date_capacity else "")
+    mode = "rewrite" if reason else "tail"
+    return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
+                reason or "new days/symbols only", source)
+
+
+def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+    """Write new days/rows in place beyond every committed version's view; extend checksums; commit.
+
+    Only cells no committed version can see are written: new days of old rows, and new rows. Bars on stored
+    days were found identical by make_plan (else this would be a rewrite) and are not written again.
+    """
+    m = old.manifest
+    n_old_rows, n_old = old.n_symbols, old.n_dates
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    stride = old.date_capacity * nf * 4
+    cell = nf * 4
+    new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
+    fresh = bars.subset(new)
+    place = P.Placement.of(plan.sym[new], plan.pos[new], n_rows)
+    ranges = [(r * stride + n_old * cell, (n_new - n_old) * cell) for r in range(n_old_rows)]
+    ranges += [(r * stride, n_new * cell) for r in range(n_old_rows, n_rows)]
+    need = sum(length for _, length in ranges)
+    path = old.data_file
+    with safefs.guard(store_dir, f"append to {path.name}", need):
+        fd = safefs.open_entry(path, os.O_RDWR)
+    try:
+        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (os.fstat(old._fd).st_dev, os.fstat(old._fd).st_ino):
+            raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
+        size0 = os.fstat(fd).st_size
+        try:
+            if size0 < n_rows * stride:
+                os.ftruncate(fd, n_rows * stride)          # sparse: new rows cost nothing until written
+            W.crashpoint("tail:grown")
+            safefs.reserve(fd, ranges)
+            W.crashpoint("tail:cleared")
+            crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
+            W.crashpoint("tail:written")
+            os.fsync(fd)                      # data is durable before the manifest that shows it
+        except BaseException as exc:
+            if os.fstat(fd).st_size > size0:
+                os.ftruncate(fd, size0)       # no committed version sees beyond it: back as it was
+            if isinstance(exc, OSError):
+                raise safefs.os_error(exc, store_dir, f"append to {path.name}", need) from None
+            raise
+    finally:
+        os.close(fd)
+    none = np.iinfo(np.int64).max
+    fresh_first = np.full(n_rows, none)
+    np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])
+    old_first = np.concatenate([old.first_bar, np.full(n_rows - n_old_rows, -1)])
+    first = np.where(old_first >= 0, old_first, np.where(fresh_first == none, -1, fresh_first))
+    last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
+    np.maximum.at(last, plan.sym[new], plan.pos[new])
+    data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
+                checksum=mf.file_checksum(crcs))
+    return _commit(store_dir, old, plan, data, old.date_capacity, first, last, m["n_bars"] + int(new.sum()),
+                   bars, state, rebase)
+
+
+def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, plan: Plan, stride: int
+                       ) -> tuple[np.ndarray, np.ndarray | None]:
+    """pwrite the new days of old rows and the new rows, a block at a time; returns (row CRCs, event state)."""
+    n_old_rows, n_old = old.n_symbols, old.n_dates
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    events = plan.factor_source == adjust.EVENTS
+    state = None
+    if events:
+        prev_close, start = adjust.event_state(old)
+        state = np.concatenate([start, np.full(n_rows - n_old_rows, np.nan)])
+    crcs = np.concatenate([np.asarray(old.manifest["data"]["row_crc32"][:n_old_rows], dtype=np.uint32),
+                           np.zeros(n_rows - n_old_rows, dtype=np.uint32)])
+    # (first row, last row, first day): the new days of the old rows, then whole new rows
+    for r0, r1, d0 in ((0, n_old_rows, n_old), (n_old_rows, n_rows, 0)):
+        if r1 <= r0 or n_new <= d0:
+            continue
+        step = P.block_rows(n_new - d0, nf)
+        for lo in range(r0, r1, step):
+            hi = min(lo + step, r1)
+            block = np.full((hi - lo, n_new - d0, nf), np.nan, dtype=np.float32)
+            P.scatter(block, lo, fresh, place, plan.fields, day0=d0)
+            if events and d0:
+                last = adjust.fill_event_factor(block, plan.fields, prev_close[lo:hi], start[lo:hi])
+                state[lo:hi] = np.where(np.isfinite(last), last, start[lo:hi])
+            elif events:
+                state[lo:hi] = adjust.fill_event_factor(block, plan.fields)
+            for i in range(hi - lo):
+                safefs.write_all(fd, block[i].data, (lo + i) * stride + d0 * nf * 4)
+            crcs[lo:hi] = mf.row_crcs(block, crcs[lo:hi])
+    return crcs, state
+
+
+def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+    """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions, the revised
+    bars laid over them, built and written a block of rows at a time."""
+    m = old.manifest
+    n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
+    old_pos = np.searchsorted(plan.calendar, old.dates.astype(np.int64))
+    place = P.Placement.of(plan.sym, plan.pos, n_rows)
+    events = plan.factor_source == adjust.EVENTS
+    state = np.full(n_rows, np.nan) if events else None
+    present_rows = []
+    gen = W.NewGeneration(store_dir, m["data"]["generation"] + 1, n_rows, n_new, nf)
+    try:
+        step = P.block_rows(n_new, nf)
+        for lo in range(0, n_rows, step):
+            hi = min(lo + step, n_rows)
+            block = np.full((hi - lo, n_new, nf), np.nan, dtype=np.float32)
+            stored = max(0, min(hi, old.n_symbols) - lo)
+            if stored:
+                block[:stored][:, old_pos, : old.n_fields] = old.panel[lo: lo + stored]
+            # Revised bars replace the values the input has; empty cells and fields it lacks keep what is stored.
+            P.scatter(block, lo, bars, place, plan.fields, keep_stored=True)
+            if events:
+                state[lo:hi] = adjust.refill_events(block, plan.fields)
+            present_rows.append(np.isfinite(block).any(axis=2))
+            gen.write(lo, block)
+        W.crashpoint("rewrite:filled")
+        data = gen.finish()
+    except BaseException:
+        gen.abort()
+        raise
+    W.crashpoint("rewrite:data-in-place")
+    present = np.concatenate(present_rows) if present_rows else np.zeros((0, n_new), bool)
+    first, last = W.bar_extent(present)
+    try:
+        return _commit(store_dir, old, plan, data, gen.capacity, first, last, int(present.sum()), bars, state,
+                       rebase)
+    except BaseException:
+        W.discard_uncommitted(store_dir, data["file"])
+        raise
+
+
+def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
+            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None,
+            rebase: dict[str, float]) -> dict:
+    """Build and publish the new version's manifest; returns it as published."""
+    m = old.manifest
+    extra = {**Axis.of(m).manifest(), "calendar_source": m.get("calendar_source"),
+             "adj_factor_source": plan.factor_source}
+    if plan.factor_source == adjust.INPUT:
+        extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
+    if factor_state is not None:
+        extra["adj_last_factor"] = adjust.state_list(factor_state)
+    new = W.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
+                           dates=TA.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
+                           capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
+                           sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
+                           extra=extra)
+    return W.commit(store_dir, new)

@@ -1,0 +1,6 @@
+"""What a sample is: date ranges, the sample spec, the valid-window index, transforms, the gather of a batch
+from the memmap, KlineDataset, CrossSectionDataset and leakage-safe splits.
+
+May import: kline_store.errors, kline_store.progress, kline_store.store, kline_store.feed (a dataset hands
+itself to the loader).
+"""

@@ -1,0 +1,380 @@
+"""KlineDataset: windows of bars with a forward label, read zero-copy from a store; its loaders.
+
+    store (memmap) -> spec.resolve (SamplePlan) -> windows.valid_index (8 bytes per window)
+                   -> gather.Gatherer (one index_select per batch) -> loader.KlineLoader (chunks, threads, device)
+
+A sample is the window of ``window`` days ending at day ``t`` of one symbol over the chosen fields, plus a label:
+
+* ``x``: float32 ``[window, n_fields]``; ``y``: float32 scalar; ``symbol``: index into ``store.symbols``;
+  ``t``: calendar index of the window's last day; with ``missing="ffill"`` also ``observed``: bool ``[window]``.
+* label ``"return"`` (default): ``close[t + horizon] / close[t] - 1``; ``"log_return"``: its log; any store
+  field name: that field's value at day ``t + horizon``. With ``adjust != "none"`` returns use adjusted closes
+  (``close * adj_factor``), so a split between ``t`` and the label day is not a -86% return.
+* validity (``windows.py``): by default every cell of ``x`` is finite, the label day is inside the calendar and
+  its close finite, ``close[t] != 0``; ``missing="ffill"`` and ``days="symbol"`` relax the first rule.
+* ``start``/``end``: ``t``'s date is at or after ``start`` and the label's date at or before ``end``: no label
+  from outside the range, ever. ``make_splits`` (``splits.py``) builds train/valid/test with an embargo.
+
+The panel is never copied into process memory: the gather reads a private (copy-on-write) mapping of the store's
+file, whose pages the kernel reads ahead in the background (shared page cache: N ranks hold one copy). Datasets
+pickle as (path, version, spec, stats) and reopen the store lazily in each process (fork and spawn workers).
+``resident`` (placement "pinned"/"device") is the one deliberate copy: the fields and days samples read, once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from . import windows as W
+from ..feed.buffers import Layout
+from ..feed.collate import GatheredBatch
+from .ranges import DateLike
+from ..errors import InputError
+from .gather import Batch, Gatherer, sample_layout
+from ..feed.loader import KlineLoader
+from ..feed.placement import readahead
+from ..feed.shm import WorkerRing
+from .spec import Adjust, Normalize, SamplePlan, SampleSpec, resolve
+from ..store import Store, open_store
+
+# Windows used to estimate z-score statistics (spread evenly over the index) and per gather call while doing so.
+ZSCORE_SAMPLE = 65536
+_STAT_CHUNK = 4096
+_RING_SLOTS = 8   # per DataLoader worker: its prefetched batches plus those the trainer holds
+
+
+def position(i: int, n: int, what: str) -> int:
+    """Python-style index (negatives count from the end) checked against ``n`` items."""
+    i = int(i)
+    j = i + n if i < 0 else i
+    if not 0 <= j < n:
+        raise IndexError(f"{what} {i} out of range [0, {n})")
+    return j
+
+
+class KlineDataset(torch.utils.data.Dataset):
+    """Windows of daily bars with a forward label, read zero-copy from a kline-store.
+
+    Args:
+        path: store directory (or an open :class:`~kline_store.store.Store`, whose snapshot is used).
+        window: days per window.
+        fields: input fields, in this order (default: those of open, high, low, close, volume, amount that the
+            store has; never ``adj_factor`` unless asked for). One name may be given as a string.
+        horizon: label offset in days (the symbol's own bars with ``days="symbol"``).
+        start: first date of ``t`` (None: no bound).
+        end: last date of any label day (None: no bound).
+        label: "return", "log_return", or a store field name (its value at ``t + horizon``).
+        adjust: "none" (raw prices), "forward" (``price[u] * adj_factor[u] / adj_factor[t]``: relative to the
+            window's last day, so no later corporate action leaks in; the last day equals raw) or "backward"
+            (``price[u] * adj_factor[u]``); volume is divided by the same ratio. Needs an ``adj_factor`` field.
+        normalize: "none" (raw values), "window" (prices / the window's last close, volume and amount / their
+            window mean) or "zscore" (per field, statistics from ``stats``, else estimated from this dataset's
+            own windows: build it on the train split and pass ``ds.stats`` to the others; ``make_splits`` does).
+        stats: z-score statistics ``{"fields", "mean", "std"}`` (from another dataset's ``stats``).
+        missing: "drop" (a window with a missing day is not a sample) or "ffill" (day ``t`` must have a bar; other
+            missing days are forward-filled inside the window, leading ones take the window's first bar, and
+            ``observed`` marks real bars).
+        max_missing: with ``missing="ffill"``, the most missing days a window may have (None: any).
+        days: "calendar" (windows of consecutive calendar days) or "symbol" (the symbol's own last ``window``
+            bars; suspended days are skipped; label ``horizon`` bars later).
+        version: store version to read (default: the current one, or the open Store's).
+
+    Raises:
+        InputError: unknown field, window longer than the calendar, no valid window in range, adjust without
+            ``adj_factor``, bad option.
+    """
+
+    def __init__(self, path: str | os.PathLike | Store, window: int = 64, fields: Sequence[str] | str | None = None,
+                 horizon: int = 1, start: DateLike = None, end: DateLike = None, *, label: str = "return",
+                 adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
+                 missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
+                 days: Literal["calendar", "symbol"] = "calendar", version: int | None = None) -> None:
+        super().__init__()
+        store = path if isinstance(path, Store) else None
+        self.path = Path(store.path if store is not None else path)
+        self.spec = SampleSpec.make(window, fields, horizon, start, end, label=label, adjust=adjust,
+                                    normalize=normalize, missing=missing, max_missing=max_missing, days=days)
+        if store is not None:
+            version = store.version if version is None else version
+        self._store: Store | None = store if store is not None and version == store.version else None
+        if self._store is None:
+            self._store = open_store(self.path, version=version)
+        self.version: int = self._store.version
+        self._reset()
+        self._build_index()
+        self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
+        if self.spec.normalize == "zscore" and self.stats is None:
+            self.stats = self.estimate_stats()
+            self._cpu = None  # rebuilt with the statistics
+
+    def _reset(self) -> None:
+        """Derive the plan from the spec (cheap; repeated in each process after unpickling)."""
+        st = self.store
+        self.plan: SamplePlan = resolve(self.spec, st.fields, st.dates, str(st.path))
+        self._cpu: Gatherer | None = None
+        self._pid = os.getpid()
+        self._ring: WorkerRing | None = None
+        self._ring_made = False
+
+    def _build_index(self) -> None:
+        self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
+        if len(self._valid) == 0:
+            raise InputError(self._explain_empty())
+
+    def _explain_empty(self) -> str:
+        st, p = self.store, self.plan
+        lo, hi = p.lo, p.hi
+        span = f"{st.dates[lo]}..{st.dates[hi]}" if 0 <= lo <= hi < st.n_dates else "an empty date range"
+        msg = (f"{st.path}: no valid window in {span} (window={p.window}, horizon={p.horizon}, "
+               f"fields={self.fields}, missing={p.missing!r}, days={p.days!r})")
+        if hi - lo < p.horizon:  # t and its label day must both fit in the range
+            return (msg + f": the range holds {max(0, hi - lo + 1)} trading days, a sample needs {p.horizon + 1}"
+                    f" (t and its label day); widen start/end or shorten the horizon")
+        panel = st.panel[:, max(0, lo - p.window + 1): hi + 1]
+        share = {f: float(np.isfinite(panel[:, :, st.fields.index(f)]).mean()) for f in self.fields}
+        worst = min(share, key=share.get)  # type: ignore[arg-type]
+        return (msg + f": field {worst!r} is finite in only {share[worst]:.1%} of the cells; drop it from "
+                f"fields=, use missing='ffill' or days='symbol', or a shorter window")
+
+    @property
+    def store(self) -> Store:
+        """The open store snapshot (reopened lazily in a new process)."""
+        if self._store is None:
+            self._store = open_store(self.path, version=self.version, verify=False)
+        return self._store
+
+    # -- pickling: (path, version, spec, stats); index and mappings are rebuilt in the new process -------------
+    def __getstate__(self) -> dict[str, Any]:
+        return {"path": str(self.path), "version": self.version, "spec": self.spec, "stats": self.stats}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.path = Path(state["path"])
+        self.version = state["version"]
+        self.spec = state["spec"]
+        self.stats = state["stats"]
+        self._store = None
+        self._reset()
+        self._valid = None  # type: ignore[assignment]
+        self._bars = None
+
+    def _index(self) -> np.ndarray:
+        if self._valid is None:
+            self._build_index()
+        return self._valid
+
+    # -- what it is -------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._index())
+
+    @property
+    def window(self) -> int:
+        return self.spec.window
+
+    @property
+    def horizon(self) -> int:
+        return self.spec.horizon
+
+    @property
+    def fields(self) -> list[str]:
+        return list(self.plan.names)
+
+    @property
+    def symbols(self) -> list[str]:
+        return self.store.symbols
+
+    @property
+    def dates(self) -> np.ndarray:
+        return self.store.dates
+
+    def valid_index(self) -> np.ndarray:
+        """Flat cell index ``symbol * n_dates + t`` of every sample, sorted (int32 where it fits, read-only)."""
+        v = self._index().view()
+        v.flags.writeable = False
+        return v
+
+    def locate(self, indices: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Sample positions -> ``(symbol, t)`` int64 arrays."""
+        return W.decode(self._index()[np.asarray(indices, dtype=np.int64)], self.store.n_dates)
+
+    def label_days(self, indices: np.ndarray | Sequence[int]) -> np.ndarray:
+        """Calendar index of each sample's label day."""
+        flat = self._index()[np.asarray(indices, dtype=np.int64)]
+        if self._bars is not None:
+            return W.symbol_label_day(flat, self._bars, self.horizon) % self.store.n_dates
+        return flat % self.store.n_dates + self.horizon
+
+    def day_span(self) -> tuple[int, int]:
+        """``(d0, d1)``: calendar days ``[d0, d1)`` any sample reads (window days and label days)."""
+        v = self._index()
+        nd = self.store.n_dates
+        if self._bars is not None:
+            j = np.searchsorted(self._bars, v)
+            first = int((self._bars[j - (self.window - 1)] % nd).min())
+        else:
+            first = int((v % nd).min()) - (self.window - 1)
+        last = int(self.label_days(np.arange(len(v))).max())
+        return first, last + 1
+
+    # -- gather -------------------------------------------------------------------------
+    def _cpu_gatherer(self) -> Gatherer:
+        if self._cpu is None or self._pid != os.getpid():
+            st = self.store
+            flat = st.map_private()   # row s of the file is symbol s (DESIGN.md)
+            # The first epoch at full speed: each row's stored days read ahead and mapped in the background.
+            readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4), st.n_dates * st.n_fields * 4)
+            bars = torch.from_numpy(self._bars.astype(np.int64)) if self._bars is not None else None
+            self._cpu = Gatherer(self.plan, torch.from_numpy(flat), st.row_stride, st.n_fields, 0, bars,
+                                 self._stats_t())
+            self._pid = os.getpid()
+        return self._cpu
+
+    def _stats_t(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor] | None:
+        if self.stats is None:
+            return None
+        mean = torch.tensor(self.stats["mean"], dtype=torch.float32, device=device)
+        std = torch.tensor(self.stats["std"], dtype=torch.float32, device=device)
+        return mean, std
+
+    def gather_flat(self, flat: np.ndarray, out: Batch | None = None) -> Batch:
+        """Batch for flat cell indices (``symbol * n_dates + t``) of valid windows."""
+        s, t = W.decode(flat, self.store.n_dates)
+        return self._cpu_gatherer().gather(s, t, out)
+
+    def gather_batch(self, indices: np.ndarray | Sequence[int] | torch.Tensor, out: Batch | None = None) -> Batch:
+        """A whole batch in one vectorised gather (the loaders' path).
+
+        Args:
+            indices: sample positions ``0 <= i < len(self)``.
+            out: optional preallocated tensors to fill (same keys as the result; leading dimension >= B, the
+                first B rows are used and returned).
+
+        Returns:
+            dict: ``x`` float32 ``[B, window, n_fields]``, ``y`` float32 ``[B]``, ``symbol`` and ``t`` int64
+            ``[B]`` (plus ``observed`` bool ``[B, window]`` with ``missing="ffill"``).
+        """
+        idx = np.asarray(indices, dtype=np.int64).reshape(-1)
+        v = self._index()
+        if idx.size and (idx.min() < 0 or idx.max() >= len(v)):
+            raise IndexError(f"sample index out of range [0, {len(v)})")
+        return self.gather_flat(v[idx], out)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        """One sample, read straight from the memmap: ``x``, ``y``, ``symbol`` (int), ``t`` (int)."""
+        v = self._index()
+        s, t = divmod(int(v[position(i, len(v), "sample")]), self.store.n_dates)
+        return self._cpu_gatherer().sample(s, t)
+
+    def __getitems__(self, indices: Sequence[int]) -> GatheredBatch:
+        """A whole batch for ``torch.utils.data.DataLoader``: one gather, collated as the batch dict.
+
+        In a DataLoader worker the batch is gathered into the worker's shared-memory ring (``shm.py``).
+        """
+        idx = np.asarray(indices, dtype=np.int64)
+        ring = self._worker_ring(len(idx))
+        slot = ring.take(len(idx)) if ring is not None else None
+        if slot is None:
+            return GatheredBatch(self.gather_batch(idx))
+        try:
+            batch = self.gather_batch(idx, out=ring.tensors(slot, len(idx)))  # type: ignore[union-attr]
+        except BaseException:
+            ring.flags[slot] = 0  # type: ignore[union-attr]
+            raise
+        return GatheredBatch(batch, ring.handoff(slot, len(idx)))  # type: ignore[union-attr]
+
+    def _worker_ring(self, n: int) -> WorkerRing | None:
+        if not self._ring_made and torch.utils.data.get_worker_info() is not None:
+            self._ring_made = True
+            self._ring = WorkerRing.create(self.batch_layout, n, _RING_SLOTS)
+        return self._ring
+
+    # -- statistics -------------------------------------------------------------------------
+    def estimate_stats(self, max_windows: int = ZSCORE_SAMPLE) -> dict[str, Any]:
+        """Per-field mean and std over (up to ``max_windows``, evenly spread) windows of this dataset.
+
+        Values are taken as the model sees them before z-scoring (adjusted, filled); only observed cells count.
+        """
+        n = len(self)
+        pos = np.unique(np.linspace(0, n - 1, min(n, max_windows)).astype(np.int64))
+        k = len(self.fields)
+        total, total_sq, count = np.zeros(k), np.zeros(k), np.zeros(k)
+        g = self._cpu_gatherer()
+        for a in range(0, len(pos), _STAT_CHUNK):
+            s, t = self.locate(pos[a: a + _STAT_CHUNK])
+            b = g.gather(s, t, normalize=False)
+            x = b["x"].double()
+            m = torch.isfinite(x)
+            if "observed" in b:  # forward-filled cells are not data
+                m &= b["observed"][:, :, None]
+            x = torch.where(m, x, torch.zeros_like(x))
+            total += x.sum(dim=(0, 1)).numpy()
+            total_sq += (x * x).sum(dim=(0, 1)).numpy()
+            count += m.sum(dim=(0, 1)).numpy()
+        mean = total / np.maximum(count, 1)
+        std = np.sqrt(np.maximum(total_sq / np.maximum(count, 1) - mean * mean, 0.0))
+        std[~(std > 0)] = 1.0  # a constant field: centre it, do not blow it up
+        return {"fields": list(self.fields), "mean": mean.tolist(), "std": std.tolist(), "windows": len(pos)}
+
+    def _check_stats(self, stats: dict[str, Any]) -> dict[str, Any]:
+        if list(stats.get("fields", [])) != self.fields or len(stats.get("mean", [])) != len(self.fields) \
+                or len(stats.get("std", [])) != len(self.fields):
+            raise InputError(f"stats are for fields {stats.get('fields')}, this dataset has {self.fields}; "
+                             f"pass the train dataset's .stats built with the same fields")
+        return dict(stats)
+
+    # -- what the loader uses (loader.BatchSource) ---------------------------------------------
+    @property
+    def batch_layout(self) -> Layout:
+        """Shape and dtype of one sample per key (all samples have one shape)."""
+        return sample_layout(self.plan)
+
+    def resident_nbytes(self) -> int:
+        """Bytes of a resident copy: the fields samples use, the days they read."""
+        d0, d1 = self.day_span()
+        keep, _ = self.plan.compact()
+        return self.store.n_symbols * (d1 - d0) * len(keep) * 4
+
+    def resident(self, device: torch.device | str, pin: bool = False) -> Callable[..., Batch]:
+        """Copy the used part of the panel to ``device`` once; returns ``gather(positions) -> batch`` running there.
+
+        ``positions`` are sample positions (int64 tensor, any device); the batch's tensors live on ``device``.
+        With ``device="cpu"`` and ``pin=True`` the copy is in pinned host memory.
+        """
+        dev = torch.device(device)
+        st = self.store
+        d0, d1 = self.day_span()
+        keep, plan = self.plan.compact()
+        # Only the days and fields samples use, laid out so that x's fields are contiguous.
+        host = torch.from_numpy(np.ascontiguousarray(st.panel[:, d0:d1][:, :, keep]))
+        if pin:
+            host = host.pin_memory()
+        panel_t = host.reshape(-1).to(dev)
+        bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
+        g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
+        valid = torch.from_numpy(self._index()).to(dev)
+        nd = st.n_dates
+
+        def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
+            idx = torch.as_tensor(indices, dtype=torch.int64).to(dev, non_blocking=True)
+            flat = valid[idx].long()
+            return g.gather(flat // nd, flat % nd, out)
+
+        return gather
+
+    # -- loaders ---------------------------------------------------------------------------
+    def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+               num_workers: int | None = None, **options: Any) -> KlineLoader:
+        """Batch loader: chunked vectorised gathers in threads, deterministic, resumable, sharded over DDP ranks,
+        delivered on ``device``. See :class:`kline_store.feed.loader.KlineLoader` for every option."""
+        return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                           num_workers=num_workers, **options)
+
+    def __repr__(self) -> str:
+        p = self.spec
+        return (f"KlineDataset({str(self.path)!r}, v{self.version}, {len(self)} windows, window={p.window}, "
+                f"horizon={p.horizon}, fields={self.fields}, label={p.label!r})")

@@ -1,0 +1,86 @@
+"""config.py: loader configurations, their defaults per machine and rank count, and the tuned-config files."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from kline_store.feed import config as C
+from kline_store.errors import InputError
+
+
+def test_normalize_fills_defaults_and_validates(monkeypatch):
+    cfg = C.normalize_config({})
+    assert cfg["backend"] == "threads" and cfg["num_workers"] == C.default_workers() >= 1
+    assert cfg["prefetch"] == 2 and cfg["pin_memory"] is False
+    assert C.normalize_config({}, device="cuda:1")["pin_memory"] is True
+    assert C.normalize_config({"backend": "processes", "num_workers": 0})["backend"] == "threads"
+    for bad in ({"backend": "fibers"}, {"num_workers": -1}, {"prefetch": 0}, {"workers": 2}, {"prefetch": "x"}):
+        with pytest.raises(InputError, match="loader config"):
+            C.normalize_config(bad)
+
+
+def test_default_workers_share_the_cores_among_local_ranks(monkeypatch):
+    monkeypatch.setattr(C, "usable_cores", lambda: 16)
+    assert C.default_workers() == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert C.default_workers() == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "64")
+    assert C.default_workers() == 1
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "junk")
+    assert C.local_world_size() == 1
+
+
+def test_config_key():
+    assert C.config_key(64, 256, "cuda:1", cpus=8) == "window=64,batch_size=256,device=cuda,cpus=8"
+    assert C.config_key(64, 256, None, cpus=2) == "window=64,batch_size=256,device=cpu,cpus=2"
+
+
+def test_save_load_resolve(tmp_path):
+    store = tmp_path / "s"
+    store.mkdir()
+    cfg = {"backend": "threads", "num_workers": 2, "prefetch": 4, "pin_memory": False}
+    path = C.save_config(store, 64, 256, "cpu", cfg, table=[{"x": 1}])
+    assert path == store / C.TUNE_FILE
+    assert C.load_config(store, 64, 256, "cpu") == cfg
+    assert C.load_config(store, 64, 128, "cpu") is None
+    assert C.resolve_config("auto", store, 64, 256, "cpu") == (cfg, "tuned")
+    assert C.resolve_config("auto", store, 32, 256, "cpu")[1] == "default"
+    assert C.resolve_config(None, store, 64, 256, "cpu")[1] == "default"
+    assert C.resolve_config({"num_workers": 1}, store, 64, 256, "cpu")[0]["num_workers"] == 1
+    assert C.resolve_config(path, store, 64, 256, "cpu") == (cfg, "given")
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"num_workers": 0}))
+    assert C.resolve_config(plain, store, 1, 1, "cpu")[0]["num_workers"] == 0
+    with pytest.raises(InputError, match="does not exist"):
+        C.resolve_config(tmp_path / "nope.json", store, 64, 256, "cpu")
+    with pytest.raises(InputError, match="no entry"):
+        C.resolve_config(path, store, 1, 1, "cpu")
+    (store / C.TUNE_FILE).write_text("{damaged")
+    assert C.load_config(store, 64, 256, "cpu") is None   # a damaged file only costs a re-tune
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write read-only directories")
+def test_read_only_store_falls_back_to_user_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = tmp_path / "ro"
+    store.mkdir()
+    store.chmod(0o555)
+    try:
+        path = C.save_config(store, 64, 256, "cpu", {"num_workers": 1})
+    finally:
+        store.chmod(0o755)
+    assert str(path).startswith(str(tmp_path / "home" / ".cache" / "kline-store"))
+    assert C.load_config(store, 64, 256, "cpu")["num_workers"] == 1
+
+
+def test_user_cache_fallback_when_store_file_unwritable(tmp_path, monkeypatch):
+    # Works as root too: make tune.json a directory, so writing the store's file fails.
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = tmp_path / "st"
+    (store / "tune.json").mkdir(parents=True)
+    path = C.save_config(store, 64, 256, "cpu", {"num_workers": 1})
+    assert path.parent == tmp_path / "home" / ".cache" / "kline-store"
+    assert C.load_config(store, 64, 256, "cpu")["num_workers"] == 1

@@ -1,0 +1,116 @@
+"""sampling.py: permutations, rank shards, batches and resumption, exhaustively on small sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kline_store.feed import sampling as S
+from kline_store.errors import InputError
+
+
+def test_permutation_depends_on_seed_and_epoch_only():
+    a = S.permutation(1000, 7, 3)
+    assert np.array_equal(a, S.permutation(1000, 7, 3))
+    assert sorted(a.tolist()) == list(range(1000)) and a.dtype == np.int32   # 4 bytes per window
+    assert S.index_dtype(2**31) == np.int64 and S.index_dtype(2**31 - 1) == np.int32
+    assert not np.array_equal(a, S.permutation(1000, 7, 4))
+    assert not np.array_equal(a, S.permutation(1000, 8, 3))
+    assert np.array_equal(S.epoch_order(5, 1, 2, shuffle=False), np.arange(5))
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(0, 60), world=st.integers(1, 7), seed=st.integers(0, 5), epoch=st.integers(0, 3),
+       tail=st.sampled_from(S.TAILS), shuffle=st.booleans())
+def test_shards_partition_the_epoch(n, world, seed, epoch, tail, shuffle):
+    shards = [S.rank_indices(n, seed, epoch, r, world, shuffle, tail) for r in range(world)]
+    sizes = {len(x) for x in shards}
+    assert sizes == {S.shard_size(n, world, tail)}  # every rank runs the same number of steps
+    allx = np.concatenate(shards) if shards else np.zeros(0, np.int64)
+    if tail == "drop":
+        assert len(set(allx.tolist())) == len(allx) == (n // world) * world  # disjoint
+        assert set(allx.tolist()) == set(S.epoch_order(n, seed, epoch, shuffle)[: len(allx)].tolist())
+    else:
+        assert set(allx.tolist()) == set(range(n))  # covering
+        counts = np.bincount(allx, minlength=n) if n else np.zeros(0)
+        if n >= world:
+            assert counts.max(initial=0) <= 2 and (counts == 2).sum() == len(allx) - n < world
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 50), bs=st.integers(1, 9), drop_last=st.booleans(), data=st.data())
+def test_batches_resume_from_any_position(n, bs, drop_last, data):
+    idx = np.arange(100, 100 + n)
+    full = list(S.batches(idx, bs, drop_last))
+    assert len(full) == S.n_batches(n, bs, drop_last)
+    assert all(len(b) == bs for b in full[:-1])
+    flat = np.concatenate(full) if full else np.zeros(0, np.int64)
+    assert np.array_equal(flat, idx[: len(flat)]) and (drop_last or len(flat) == n)
+    k = data.draw(st.integers(0, len(full)))
+    rest = list(S.batches(idx, bs, drop_last, position=k * bs))
+    assert len(rest) == len(full) - k and all(np.array_equal(a, b) for a, b in zip(rest, full[k:]))
+
+
+def _drain(eb: S.EpochBatches) -> list[np.ndarray]:
+    out = []
+    for b in eb:
+        out.append(b)
+        eb.advance(len(b))
+    return out
+
+
+def test_epoch_batches_state_and_rollover():
+    eb = S.EpochBatches(23, 5, shuffle=True, seed=4)
+    assert len(eb) == 5 and eb.remaining() == 5
+    first = list(eb)  # iterating does not advance
+    assert eb.position == 0 and len(first) == 5
+    eb.advance(10)
+    state = eb.state_dict()
+    assert state["epoch"] == 0 and state["position"] == 10 and state["seed"] == 4
+    again = S.EpochBatches(23, 5, shuffle=True, seed=4)
+    again.load_state_dict(state)
+    rest = _drain(again)
+    assert all(np.array_equal(a, b) for a, b in zip(rest, first[2:])) and len(rest) == 3
+    assert again.epoch == 1 and again.position == 0  # the last batch rolled the epoch over
+    nxt = list(again)
+    assert not np.array_equal(np.concatenate(nxt), np.concatenate(first))  # a new permutation
+    # set_epoch: a no-op for the current epoch (keeps a resumed position), a fresh start otherwise
+    again.advance(5)
+    again.set_epoch(1)
+    assert again.position == 5
+    again.set_epoch(3)
+    assert (again.epoch, again.position) == (3, 0)
+    # a different batch size resumes at the same sample
+    eb2 = S.EpochBatches(23, 4, shuffle=True, seed=4)
+    eb2.load_state_dict(state)
+    assert np.array_equal(np.concatenate(list(eb2)), np.concatenate(first)[10:])
+
+
+def test_epoch_batches_reject_a_foreign_state():
+    eb = S.EpochBatches(10, 3, seed=1, rank=0, world_size=2)
+    for key, value in [("n", 11), ("seed", 2), ("world_size", 1), ("shuffle", False), ("tail", "drop")]:
+        with pytest.raises(InputError, match=key):
+            eb.load_state_dict({**eb.state_dict(), key: value})
+    with pytest.raises(InputError, match="position"):
+        eb.load_state_dict({**eb.state_dict(), "position": 99})
+    with pytest.raises(InputError, match="lacks"):
+        eb.load_state_dict({})
+
+
+@pytest.mark.parametrize("kwargs", [dict(batch_size=0), dict(rank=2, world_size=2), dict(world_size=0),
+                                    dict(tail="wrap")])
+def test_epoch_batches_bad_arguments(kwargs):
+    args = dict(n=10, batch_size=2)
+    args.update(kwargs)
+    with pytest.raises(InputError):
+        S.EpochBatches(**args)
+
+
+def test_ranks_cover_the_epoch_with_drop_last_batches():
+    world, n, bs = 3, 50, 4
+    ranks = [S.EpochBatches(n, bs, seed=9, drop_last=True, rank=r, world_size=world) for r in range(world)]
+    got = [np.concatenate(list(eb)) for eb in ranks]
+    assert {len(g) for g in got} == {16} and {len(eb) for eb in ranks} == {4}
+    assert len(set(np.concatenate(got).tolist())) == 48

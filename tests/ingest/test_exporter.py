@@ -1,0 +1,45 @@
+"""Export a store back to long format: one row per bar, atomically, in Parquet or CSV."""
+
+import numpy as np
+import polars as pl
+import pytest
+
+from kline_store import InputError, ingest, open_store
+from kline_store.ingest.exporter import export, to_frame
+from kline_store.store import create_store
+
+DATES = np.arange("2024-01-01", "2024-01-06", dtype="datetime64[D]")
+
+
+@pytest.fixture
+def store(tmp_path):
+    panel = np.arange(2 * 5 * 2, dtype=np.float32).reshape(2, 5, 2)
+    panel[1, :2] = np.nan            # not listed yet: no bar
+    panel[0, 3, 1] = np.nan          # a missing value in a bar that exists
+    create_store(tmp_path / "s", panel, ["A", "B"], DATES, ["close", "volume"])
+    return tmp_path / "s"
+
+
+def test_one_row_per_bar(store):
+    df = to_frame(store)
+    assert df.columns == ["symbol", "date", "close", "volume"] and df.height == 8
+    assert df.filter(pl.col("symbol") == "B")["date"].to_list()[0].isoformat() == "2024-01-03"
+    a4 = df.filter((pl.col("symbol") == "A") & (pl.col("date") == pl.date(2024, 1, 4)))
+    assert a4["close"][0] == 6.0 and np.isnan(a4["volume"][0])     # a bar with a missing value stays a bar
+
+
+@pytest.mark.parametrize("name", ["out.parquet", "out.csv"])
+def test_round_trip_through_ingest(store, tmp_path, name):
+    assert export(store, tmp_path / name) == 8
+    ingest([tmp_path / name], tmp_path / "again")
+    a, b = open_store(store), open_store(tmp_path / "again")
+    assert a.symbols == b.symbols and np.array_equal(a.panel, b.panel, equal_nan=True)
+    assert not list(tmp_path.glob(".out*"))            # no temporary file left
+
+
+def test_bad_targets(store, tmp_path):
+    with pytest.raises(InputError, match="unknown export format"):
+        export(store, tmp_path / "out.xlsx")
+    with pytest.raises(InputError, match="does not exist"):
+        export(store, tmp_path / "nowhere" / "out.csv")
+    assert not (tmp_path / "nowhere").exists()
