@@ -1,12 +1,12 @@
 """KlineLoader: the order of an epoch (``sampling.py``), gathered a chunk of batches at a time, delivered as batches.
 
-    index batches (seed, epoch, rank, world)
+    index batches (seed, epoch, rank, world)                                 sampling.py, computed ahead: chunks.py
       -> chunks of consecutive batches (1, 2, 4, ... then ~CHUNK_BYTES): the fixed cost of a gather call is paid
          once per chunk, and batches are views of the chunk
-      -> host stage: gathered in the training thread (num_workers=0), in threads that release the GIL (the
+      -> host stage (host.py): gathered in the training thread (num_workers=0), in threads that release the GIL (the
          default: as many as this rank's share of the cores), or in worker processes (backend="processes",
          through a shared-memory ring); into reused buffers (recycled CPU buffers, or pinned ring slots for a GPU)
-      -> device stage (device="cuda"): side-stream copies one chunk ahead, or a GPU-resident panel
+      -> device stage (device.py, device="cuda"): side-stream copies one chunk ahead, or a GPU-resident panel
       -> batches, in order; the position advances when a batch is handed out, never when it is prefetched
 
 The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads and chunking never change it, and
@@ -15,8 +15,6 @@ The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads 
 
 from __future__ import annotations
 
-import itertools
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -24,23 +22,17 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import torch
 
-from .batches import map_tensors, slices
-from .buffers import HostRing, Layout, Recycler, pinned_alloc
+from ..errors import InputError
+from .batches import slices
+from .buffers import Layout
+from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
-from ..errors import InputError
-from .placement import PLACEMENTS, background_priority, choose_placement, device_free_bytes, host_available_bytes, usable_cores
-from .background import track
-from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
+from .host import HostStage
+from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
 from .sampling import EpochBatches
-from .workers import ChunkFetch, ProcessPool
-
-# Bytes gathered per host call (several batches): the fixed cost of a gather call (Python, index arithmetic, a
-# dozen small kernels) is paid once per chunk instead of once per batch.
-CHUNK_BYTES = 8 << 20
 
 Batch = dict[str, torch.Tensor]
-Chunk = tuple[np.ndarray, list[int]]
 
 # DataLoader keywords accepted for familiarity (the classic recipe passes them as they are).
 _DATALOADER_KWARGS = ("prefetch_factor", "pin_memory", "persistent_workers", "collate_fn", "worker_init_fn",
@@ -79,94 +71,6 @@ def dist_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]
         rank = torch.distributed.get_rank() if rank is None else rank
         world_size = torch.distributed.get_world_size() if world_size is None else world_size
     return (0 if rank is None else int(rank)), (1 if world_size is None else int(world_size))
-
-
-def chunk_plan(batches: Iterable[np.ndarray], per_chunk: int) -> Iterator[Chunk]:
-    """Group consecutive index batches into chunks of up to ``per_chunk`` batches.
-
-    The first chunks of a pass are small (1, 2, 4, ... batches) so the first batch arrives after one batch's
-    gather, not a whole chunk's.
-    """
-    want = 1
-    group: list[np.ndarray] = []
-    for b in batches:
-        group.append(b)
-        if len(group) == want:
-            yield (group[0] if want == 1 else np.concatenate(group)), [len(g) for g in group]
-            group = []
-            want = min(per_chunk, 2 * want)
-    if group:
-        yield np.concatenate(group), [len(g) for g in group]
-
-
-class _OrderAhead:
-    """Epoch orders computed in a background thread before they are needed.
-
-    Shuffling millions of windows takes a noticeable fraction of a second (numpy releases the GIL meanwhile): the
-    first epoch's order is started when the loader is made, each next one when an epoch starts, at the lowest
-    scheduling priority so that it takes only what the gathers leave.
-    """
-
-    def __init__(self, sampler: EpochBatches) -> None:
-        self.sampler = sampler
-        self._jobs: dict[int, tuple[threading.Thread, list[np.ndarray]]] = {}
-
-    def start(self, epoch: int) -> None:
-        if epoch in self._jobs or not self.sampler.shuffle:
-            return
-        for stale in [e for e in self._jobs if e < epoch - 1]:
-            del self._jobs[stale]
-        box: list[np.ndarray] = []
-
-        def compute() -> None:
-            background_priority()   # idle cores only: never slows the gathers of the epoch being delivered
-            box.append(self.sampler.indices_for(epoch))
-
-        th = track(threading.Thread(target=compute, name="kline-order", daemon=True))   # joined at exit
-        th.start()
-        self._jobs[epoch] = (th, box)
-
-    def install(self, epoch: int) -> None:
-        job = self._jobs.pop(epoch, None)
-        if job is not None:
-            job[0].join()
-            if job[1]:
-                self.sampler.provide(epoch, job[1][0])
-
-
-class _ChunkBuffer:
-    """The buffer one chunk is gathered into, taken by whichever of its parts runs first.
-
-    Parts finish in any order across threads; the loader delivers the chunk with the part that completes it.
-    """
-
-    def __init__(self, n: int, parts: int, recycler: Recycler | None, ring: HostRing | None) -> None:
-        self.n, self.expected, self.recycler, self.ring = n, parts, recycler, ring
-        self.out: Batch | None = None
-        self.slot: tuple[HostRing, int] | None = None
-        self.done = 0
-        self._lock = threading.Lock()
-
-    def get(self) -> Batch | None:
-        with self._lock:
-            if self.out is None:
-                if self.recycler is not None:
-                    self.out = self.recycler.take(self.n)
-                elif self.ring is not None:
-                    k = self.ring.acquire()
-                    self.slot = (self.ring, k)
-                    self.out = {key: t[: self.n] for key, t in self.ring.buffers[k].items()}
-            return self.out
-
-    def part_done(self) -> bool:
-        """Count a finished part; True for the one that completes the chunk."""
-        with self._lock:
-            self.done += 1
-            return self.done == self.expected
-
-    def release(self) -> None:
-        if self.slot is not None:
-            self.slot[0].release(self.slot[1])
 
 
 class KlineLoader:
@@ -225,7 +129,7 @@ class KlineLoader:
         self.batch_size = int(batch_size)
         self.batch_sampler = EpochBatches(len(source), self.batch_size, shuffle, seed, drop_last, rank, world_size,
                                           tail)
-        self._orders = _OrderAhead(self.batch_sampler)
+        self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
         self.device = self._check_device(device)
         cuda = self.device.type == "cuda"
@@ -251,12 +155,8 @@ class KlineLoader:
                                           device_free=device_free_bytes(self.device) if nbytes else None,
                                           host_available=host_available_bytes() if nbytes else None)
         self._gather: Callable[..., Batch] | None = None
-        self._recycler: Recycler | None = None
-        self._ring: HostRing | None = None
-        self._ring_key: tuple[int, int] | None = None
-        self._passes = 0
-        self._pool: ProcessPool | None = None
-        self._sync: SingleThreaded | None = None
+        self._host = HostStage(source, self.layout, self._batches_per_chunk() * self.batch_size, cfg,
+                               self.collate_fn, self.device, self._worker_options, self._persistent)
 
     @staticmethod
     def _check_device(device: Any) -> torch.device:
@@ -290,11 +190,7 @@ class KlineLoader:
         return self._gather
 
     def _batches_per_chunk(self) -> int:
-        if self.layout is None:
-            return 1
-        sample = sum(int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dt).element_size()
-                     for shape, dt in self.layout.values())
-        return max(1, CHUNK_BYTES // max(1, sample * self.batch_size))
+        return batches_per_chunk(self.layout, self.batch_size)
 
     # -- iteration ------------------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
@@ -321,9 +217,9 @@ class KlineLoader:
             return
         pin = cuda and self.config["pin_memory"]
         if self.backend == "processes" and self.num_workers > 0 and self.placement == "memmap":
-            host = self._host_processes(list(chunks))
+            host = self._host.processes(list(chunks), self.num_workers)
         else:
-            host = self._host_threads(chunks, pin)
+            host = self._host.threads(chunks, self.gather_fn(), self.num_workers, pin)
         if cuda:
             yield from cuda_stage(self._ready_split(host), self.device)
             return
@@ -352,119 +248,9 @@ class KlineLoader:
             else:
                 yield data, sizes, slot
 
-    # -- host stages ----------------------------------------------------------------
-    def _host_threads(self, chunks: Iterator[Chunk], pin: bool) -> Iterator[tuple[Any, list[int], Any]]:
-        gather = self.gather_fn()
-        capacity = self._batches_per_chunk() * self.batch_size
-        n_threads = self.num_workers
-        depth = max(1, self.config["prefetch"]) * max(1, n_threads)
-        fixed = self.layout is not None
-        # Buffers: `depth` chunks being gathered or waiting, the one the consumer cuts, and one whose last batch
-        # the training step may still hold (the recycler takes fresh memory beyond that, never a busy slot).
-        ring = self._make_ring(depth + 2, capacity) if pin and fixed else None
-        recycler = self._make_recycler(depth + 2, capacity) if fixed and not pin else None
-        # A per-batch transform runs on the host batches, in the gather threads (the training thread without them).
-        split = self.collate_fn
-        # With several threads each chunk is cut into one part per thread, gathered side by side into the same
-        # buffer: a chunk is ready when its parts are, and no thread waits behind a slower one's whole chunk.
-        n_parts = n_threads if n_threads > 1 and split is None and (recycler is not None or ring is not None) else 1
-
-        def items(source: Iterator[Chunk]) -> Iterator[tuple[Any, ...]]:
-            for idx, sizes in source:   # runs in a gather thread, under the prefetcher's lock: never blocks
-                n = len(idx)
-                box = _ChunkBuffer(n, n_parts, recycler, ring)
-                if n_parts == 1:
-                    yield idx, sizes, box, 0, n
-                    continue
-                cuts = [n * j // n_parts for j in range(n_parts + 1)]
-                for a, b in itertools.pairwise(cuts):
-                    yield idx, sizes, box, a, b
-
-        def work(item: tuple[Any, ...]) -> tuple[Any, list[int], Any] | None:
-            idx, sizes, box, a, b = item
-            out = box.get()   # the first part to run takes the chunk's buffer (a ring slot may wait for its copy)
-            if out is not None:
-                try:
-                    gather(idx[a:b], out=out if b - a == len(idx) else {k: v[a:b] for k, v in out.items()})
-                except BaseException:
-                    box.release()
-                    raise
-                if not box.part_done():
-                    return None          # not the last part: the chunk is delivered with the last one
-                data: Any = out
-            else:
-                data = gather(idx)
-                if pin:
-                    data = map_tensors(lambda t: t.pin_memory(), data)
-            if split is not None:
-                return [split(bt) for bt, _ in slices(data, sizes)], sizes, "ready"
-            return data, sizes, box.slot   # a ring slot travels with its chunk to the copy stage
-
-        if n_threads == 0:   # on demand, one chunk at a time, in a helper thread kept off OpenMP
-            if self._sync is None:
-                self._sync = SingleThreaded()
-            try:
-                for item in items(chunks):
-                    yield self._sync.call(work, item)
-            finally:   # also when the pass is abandoned (a `break`): the next pass reuses the ring
-                if ring is not None:
-                    self._passes -= 1
-            return
-        with KeepTorchThreads():  # the constructor returns once every thread has lowered its own count
-            pf: OrderedPrefetcher[Any, Any] = OrderedPrefetcher(items(chunks), work, n_threads=n_threads,
-                                                                depth=depth * n_parts,
-                                                                thread_init=single_threaded_torch)
-        try:
-            for item in pf:   # not `yield from`: that would forward close() to pf, joining stuck producers
-                if item is not None:
-                    yield item
-        finally:
-            pf.close(join=False)
-            if ring is not None:   # producers may wait for slots held by chunks nobody will consume
-                for k in range(len(ring)):
-                    ring.release(k)
-            pf.join()
-            if ring is not None:
-                self._passes -= 1
-
-    def _host_processes(self, chunks: list[Chunk]) -> Iterator[tuple[Any, list[int], Any]]:
-        if self._pool is None:
-            capacity = self._batches_per_chunk() * self.batch_size
-            fetch = ChunkFetch(self.source, self.layout, capacity, self.config["prefetch"] + 4, self.collate_fn)
-            self._pool = ProcessPool(fetch, self.num_workers, self.config["prefetch"],
-                                     persistent=self._persistent is not False, **self._worker_options)
-        for data, sizes, ready in self._pool.run(chunks):
-            yield data, sizes, ("ready" if ready else None)
-
-    def _make_recycler(self, slots: int, capacity: int) -> Recycler:
-        if self._recycler is None or self._recycler.capacity != capacity:
-            assert self.layout is not None
-            self._recycler = Recycler(self.layout, capacity, slots)
-        return self._recycler
-
-    def _make_ring(self, n_slots: int, capacity: int) -> HostRing:
-        """A ring for one pass. Each pass gets its own slot state (a pass that stopped early, `break`, keeps its
-        slots held and may still release them late); the pinned buffers are reused when no other pass is running
-        and no copy out of them can still be in flight."""
-        assert self.layout is not None
-        self._passes += 1
-        if self._ring is not None and self._ring_key == (n_slots, capacity) and self._passes == 1:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)   # copies of an abandoned pass may still read them
-            self._ring = HostRing(n_slots, lambda: None, buffers=self._ring.buffers)
-        else:
-            self._ring = HostRing(n_slots, pinned_alloc(self.layout, capacity))
-            self._ring_key = (n_slots, capacity)
-        return self._ring
-
     def close(self) -> None:
         """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
-        sync, self._sync = self._sync, None
-        if sync is not None:
-            sync.close()
+        self._host.close()
 
     def __del__(self) -> None:
         try:

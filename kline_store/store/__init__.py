@@ -1,7 +1,11 @@
-"""The store's public API in one place: the read side (snapshot.py) and the write side (writer.py).
+"""The store on disk and its guards: the format (manifest, checksums), the writer lock, the read side
+(snapshot: a pinned, verified version) and the write side (staging, commit, gc), the time axis and sessions.
 
-``from kline_store.store import open_store, Store, create_store`` is what other modules and users import;
-the implementation lives in the two modules below, which never import this one.
+May import: kline_store.errors, kline_store.progress. Nothing above it (ingest, features, feed, samples, ...)
+is imported here: every other wing reads and writes through this one.
+
+The store's public API in one place: ``from kline_store.store import open_store, Store, create_store`` is what
+other wings and users import; snapshot.py (read side) and writer.py (write side) never import this file.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers_dataset_ref import make_store, random_panel
 
-from kline_store.feed import loader as L
+from kline_store.feed import chunks
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
 from kline_store.errors import InputError
@@ -33,7 +33,7 @@ def ds(tmp_path_factory):
 @pytest.fixture
 def small_chunks(monkeypatch):
     """Chunks of a few batches, so that small test stores exercise the chunked path."""
-    monkeypatch.setattr(L, "CHUNK_BYTES", 3 * 40 * (10 * 6 * 4 + 4 + 16))
+    monkeypatch.setattr(chunks, "CHUNK_BYTES", 3 * 40 * (10 * 6 * 4 + 4 + 16))
 
 
 def _keys(batches: list[dict]) -> list[tuple[int, int]]:
