@@ -64,16 +64,17 @@ OPS: dict[str, OpSpec] = {
     "Greater": _ELEM2, "Less": _ELEM2, "Gt": _ELEM2, "Ge": _ELEM2, "Lt": _ELEM2, "Le": _ELEM2,
     "Eq": _ELEM2, "Ne": _ELEM2, "And": _ELEM2, "Or": _ELEM2,
     "If": OpSpec(3),
-    "Ref": OpSpec(1, ("N",), "any"),
+    "Ref": OpSpec(1, ("N",), "any"), "Delta": OpSpec(1, ("N",), "any"),  # x - shift(N): any integer
     "Mean": _ROLL, "Sum": _ROLL, "Std": _ROLL, "Var": _ROLL, "Max": _ROLL, "Min": _ROLL,
     "IdxMax": _ROLL, "IdxMin": _ROLL, "Med": _ROLL, "Mad": _ROLL, "Rank": _ROLL, "Count": _ROLL,
-    "Delta": _ROLL, "Slope": _ROLL, "Rsquare": _ROLL, "Resi": _ROLL, "WMA": _ROLL,
+    "Slope": _ROLL, "Rsquare": _ROLL, "Resi": _ROLL, "WMA": _ROLL,
     # Qlib raises for 0 < N < 3 (Skew) and 0 < N < 4 (Kurt, despite its message saying 5).
     "Skew": OpSpec(1, ("N",), "expanding", 3), "Kurt": OpSpec(1, ("N",), "expanding", 4),
     "Quantile": OpSpec(1, ("N", "qscore"), "expanding"),
     "EMA": OpSpec(1, ("N",), "ema"),
-    # Corr's std guard calls rolling(0) for N=0, which pandas refuses: Qlib has no expanding Corr.
-    "Corr": OpSpec(2, ("N",), "positive"), "Cov": OpSpec(2, ("N",), "expanding"),
+    # Qlib has no expanding pair operator: for N=0 PairRolling's extended window is -inf, and D.features
+    # fails on the index range (Corr's std guard would also call rolling(0), which pandas refuses).
+    "Corr": OpSpec(2, ("N",), "positive"), "Cov": OpSpec(2, ("N",), "positive"),
 }
 
 

@@ -51,6 +51,10 @@ def _float(x: Value) -> Value:
     return x.to(torch.float32) if isinstance(x, Tensor) and not x.is_floating_point() else x
 
 
+def _sign(x: Tensor) -> Tensor:
+    return torch.where(torch.isnan(x), x, torch.sign(x))  # torch.sign(NaN) is 0, numpy's is NaN
+
+
 ELEMENTWISE: dict[str, Callable[..., Tensor]] = {
     "Add": operator.add, "Sub": operator.sub, "Mul": operator.mul, "Div": operator.truediv,
     "Power": lambda a, b: torch.pow(a, b),
@@ -62,7 +66,7 @@ ELEMENTWISE: dict[str, Callable[..., Tensor]] = {
     "If": _if,
     "Abs": lambda x: torch.abs(_float(x)),
     "Log": lambda x: torch.log(_float(x)),
-    "Sign": lambda x: torch.sign(x.to(torch.float32)),  # Qlib casts to float32 before np.sign
+    "Sign": lambda x: _sign(x.to(torch.float32)),  # Qlib casts to float32 before np.sign
 }
 
 # fn(x, N, span) -> Tensor

@@ -1,5 +1,5 @@
 """Qlib's Corr and Cov: pandas rolling(N, min_periods=1).corr/cov of two series, pairwise complete (a row
-counts only where both are valid), ddof = 1, N = 0 expanding (Cov only: Qlib's Corr has no expanding form).
+counts only where both are valid), ddof = 1 (N >= 1: Qlib has no expanding pair operator).
 Qlib then blanks Corr wherever either input's own rolling std (not pairwise) is within 2e-5 of 0."""
 
 from __future__ import annotations
