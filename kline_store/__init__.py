@@ -1,4 +1,4 @@
-"""kline-store: daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches.
+"""kline-store: K-line files -> memory-mapped float32 store -> features -> fast, leakage-safe training batches.
 
 Importing the package does not import torch; the dataset and loader names load it on first use.
 """
@@ -30,6 +30,9 @@ _LAZY = {
     "gather_windows": ("kline_store.samples.gather", "gather_windows"),
     "KlineLoader": ("kline_store.feed.loader", "KlineLoader"),
     "watch": ("kline_store.measure.meter", "watch"),
+    "compute_features": ("kline_store.features.compute", "compute_features"),
+    "update_features": ("kline_store.features.compute", "update_features"),
+    "feature_set": ("kline_store.features.sets", "feature_set"),
 }
 
 __all__ = ["open_store", "verify_store", "Store", "KlineStoreError", "InputError", "StoreError",

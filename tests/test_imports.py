@@ -39,8 +39,9 @@ LAYERS = {
                 "__init__"],
     "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
                 "__init__"],
-    "features": [],
-    "cli": ["perf", "main", "__init__", "__main__"],
+    "features": ["nodes", "parse", "window", "rolling", "regression", "pairwise", "smooth", "ops",
+                 "evaluate", "sets", "plan", "compute", "__init__"],
+    "cli": ["perf", "features", "main", "__init__", "__main__"],
 }
 
 

@@ -32,7 +32,7 @@ def _fail(msg: str, code: int = 1) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kline-store")
 def cli() -> None:
-    """Daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches."""
+    """K-line files (daily or intraday) -> memory-mapped float32 store -> features -> fast, leakage-safe training batches."""
 
 
 @cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
@@ -162,16 +162,19 @@ def gc(store) -> None:
     click.echo(f"removed {len(removed)} file(s)" + (": " + ", ".join(removed) if removed else ""))
 
 
-def _register_perf_commands() -> None:
+def _register_torch_commands() -> None:
+    """Commands whose modules need torch (imported when the command runs, not at start-up)."""
     try:
+        from .features import features
         from .perf import bench, tune
     except ImportError:
         return
+    cli.add_command(features)
     cli.add_command(tune)
     cli.add_command(bench)
 
 
-_register_perf_commands()
+_register_torch_commands()
 
 
 def main() -> None:

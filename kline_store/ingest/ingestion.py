@@ -9,7 +9,6 @@ leaves an existing store as it was, and a failed first ingest leaves nothing beh
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Sequence
@@ -21,11 +20,10 @@ from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
-from ..errors import InputError, StoreError
+from ..errors import InputError
 from .inputs import as_input_list, expand_inputs
 from .readers import WHOLE_FILE
 from .report import IngestReport
-from ..store.snapshot import STAGING
 
 
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
@@ -82,7 +80,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         if has_store and not replace:
             raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
                              f"`ingest --replace` (replace=True) rebuilds it from these inputs alone")
-        if not has_store and not _only_leftovers(out):
+        if not has_store and not W.only_leftovers(out):
             if held.made_file:
                 held.remove()   # a folder that is not ours keeps nothing of this refusal
             raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
@@ -94,7 +92,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                 result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
                                 (freq, sessions, stamp))
         except BaseException:
-            _clean_failure(out, held, first=not has_store)
+            W.clean_failed_write(out, held, first=not has_store)
             raise
         W.clean_staging(out)
         W.collect(out, built.manifest if qlib is not None else result[-1])
@@ -104,41 +102,6 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"))
-
-
-def _only_leftovers(folder: Path) -> bool:
-    """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
-    for p in folder.iterdir():
-        n = p.name
-        if n == mf.VERSIONS_DIR and p.is_dir() and any(p.glob("v*.json")):
-            return False   # version copies: a store that lost its manifest.json, recoverable, not leftovers
-        if not (n in (lock.LOCK_NAME, STAGING, mf.VERSIONS_DIR) or n.startswith(f".{mf.MANIFEST}.tmp-")
-                or mf.DATA_FILE_RE.fullmatch(n)):
-            return False
-    return True
-
-
-def _clean_failure(out: Path, held: lock.WriterLock, first: bool) -> None:
-    """Undo a failed ingest (under the lock). Over an existing store: remove staging and a data file no
-    manifest uses. A first ingest: remove everything it wrote, the lock file, and the folder if it made it."""
-    try:
-        W.clean_staging(out)
-        if not first or (out / mf.MANIFEST).exists():
-            return
-        for p in out.iterdir():
-            if p.name == lock.LOCK_NAME:
-                continue
-            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
-        held.remove()
-        if held.created and held.created_from is not None:
-            folder = out
-            while True:            # the folder, and the parents made for it, if they are empty
-                folder.rmdir()
-                if folder == held.created_from:
-                    break
-                folder = folder.parent
-    except (OSError, StoreError):
-        pass    # the error being raised says what went wrong; leftovers are ours and the next writer's
 
 
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,

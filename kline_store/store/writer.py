@@ -317,6 +317,41 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
     return store_dir
 
 
+def only_leftovers(folder: Path) -> bool:
+    """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
+    for p in folder.iterdir():
+        n = p.name
+        if n == mf.VERSIONS_DIR and p.is_dir() and any(p.glob("v*.json")):
+            return False   # version copies: a store that lost its manifest.json, recoverable, not leftovers
+        if not (n in (lock.LOCK_NAME, STAGING, mf.VERSIONS_DIR) or n.startswith(f".{mf.MANIFEST}.tmp-")
+                or mf.DATA_FILE_RE.fullmatch(n)):
+            return False
+    return True
+
+
+def clean_failed_write(out: Path, held: lock.WriterLock, first: bool) -> None:
+    """Undo a failed write of a whole store (ingest, features; under the lock). Over an existing store: remove staging and a data file no
+    manifest uses. A first ingest: remove everything it wrote, the lock file, and the folder if it made it."""
+    try:
+        clean_staging(out)
+        if not first or (out / mf.MANIFEST).exists():
+            return
+        for p in out.iterdir():
+            if p.name == lock.LOCK_NAME:
+                continue
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+        held.remove()
+        if held.created and held.created_from is not None:
+            folder = out
+            while True:            # the folder, and the parents made for it, if they are empty
+                folder.rmdir()
+                if folder == held.created_from:
+                    break
+                folder = folder.parent
+    except (OSError, StoreError):
+        pass    # the error being raised says what went wrong; leftovers are ours and the next writer's
+
+
 def gc(path: str | os.PathLike) -> list[str]:
     """Delete data files and version manifests that the current version does not use and no reader pins.
 

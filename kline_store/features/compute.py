@@ -1,0 +1,348 @@
+"""A features store from a bar store: every expression of a plan over the panel, a block of symbols at a time,
+written like an ingest (staging, row checksums, an atomic manifest swap), and kept current by tail appends.
+
+Spans: Qlib's series of an instrument starts at its first bar; rows before it are absent. Its end is the end
+of the calendar: a symbol suspended on the latest days keeps its rows (NaN bars) so that an append that
+resumes it never changes a stored cell. On every cell Qlib returns (days up to the instrument's last bar) this
+gives Qlib's values: past its last bar a look-ahead reads NaN either way.
+
+Update: the base store's appends keep its data file (a tail append); the features store then computes only the
+new bars, reading back the longest window it needs, and writes them after each row's stored days, where no
+committed version looks. Anything else (the base rewritten: a revision, an insertion, new fields; a feature
+reading the whole series; no room left) is a full recompute, said so in the report.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import InputError, StoreError
+from ..progress import Progress, silenced
+from ..store import lock, manifest as mf, safefs, writer as W
+from ..store.snapshot import Store, open_store
+from .evaluate import evaluate
+from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
+
+# Bytes of working memory one block of symbols may take (inputs, every live intermediate, outputs): bounds the
+# process however large the output store is.
+BLOCK_BYTES = 512 << 20
+
+
+@dataclass
+class FeatureReport:
+    """What a features run did."""
+
+    out: Path
+    mode: str                     # "full", "tail" or "none"
+    reason: str                   # why a full recompute, when an update asked for one
+    n_symbols: int
+    n_dates: int
+    fields: list[str]
+    new_bars: int                 # symbol-days computed
+    seconds: float
+    device: str
+    missing_fields: list[str] = field(default_factory=list)
+    version: int = 0
+
+    def lines(self) -> list[str]:
+        what = {"full": "computed", "tail": "appended", "none": "up to date"}[self.mode]
+        out = [f"features {self.out}: {what}: {len(self.fields)} fields x {self.n_symbols} symbols x "
+               f"{self.n_dates} dates ({self.new_bars:,} symbol-days computed on {self.device} in "
+               f"{self.seconds:.2f} s; version {self.version})"]
+        if self.reason:
+            out.append(f"note: full recompute: {self.reason}")
+        if self.missing_fields:
+            out.append(f"warning missing_field: the store has no {', '.join('$' + f for f in self.missing_fields)}"
+                       f": expressions reading it are NaN (as in Qlib)")
+        return out
+
+
+def _device(device: str | torch.device) -> torch.device:
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InputError(f"device={device!r}: expected 'cpu', 'cuda' or 'cuda:N'") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise InputError(f"device {str(dev)!r} requested but CUDA is not available; use --device cpu")
+    if dev.type not in ("cpu", "cuda"):
+        raise InputError(f"device {str(dev)!r}: expected 'cpu' or a CUDA device")
+    return dev
+
+
+def _sources(st: Store, plan: FeaturePlan) -> tuple[dict[str, int], list[str]]:
+    """Store field index of each input the expressions read, and the inputs the store lacks."""
+    index, missing = {}, []
+    for name in sorted(plan.inputs()):
+        stored = name if name in st.fields else FIELD_ALIASES.get(name)
+        if stored in st.fields:
+            index[name] = st.fields.index(stored)
+        else:
+            missing.append(name)
+    return index, missing
+
+
+def block_rows(n_dates: int, plan: FeaturePlan, budget: int = BLOCK_BYTES) -> int:
+    """Symbols per block: each needs its outputs (float64 while computed, float32 written) and a few dozen
+    live intermediates per bar."""
+    per_symbol = max(1, n_dates) * (len(plan.fields) * 16 + 48 * 8)
+    return max(1, budget // per_symbol)
+
+
+def spans(st: Store, d0: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) of each symbol's series relative to calendar index ``d0``: from its first bar to the end
+    of the calendar; empty (first > last) for a symbol without bars."""
+    first = st.first_bar.astype(np.int64)
+    has = first >= 0
+    return np.where(has, first - d0, st.n_dates), np.where(has, st.n_dates - 1 - d0, -1)
+
+
+def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
+                   device: torch.device) -> np.ndarray:
+    """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, [rows, days, fields]
+    float32, each at the day it describes (not yet shifted)."""
+    block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
+    values = {name: torch.from_numpy(np.ascontiguousarray(block[:, :, k])).to(device)
+              for name, k in index.items()}
+    if not values:                                     # nothing the store has: every field reads NaN
+        values = {"__none__": torch.full(block.shape[:2], float("nan"), device=device)}
+    first, last = spans(st, d0)
+    ev = evaluate({f.name: f.node for f in plan.fields}, values, torch.from_numpy(first[rows]),
+                  torch.from_numpy(last[rows]))
+    return ev.values.cpu().numpy()
+
+
+def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
+    """Stored cells ``u0 .. u1`` (calendar indices) from values computed for days ``d0 ..``: a field that looks
+    ``a`` bars ahead is stored at the day ``a`` bars after the one it describes (NaN before that)."""
+    out = np.full((vals.shape[0], u1 - u0, vals.shape[2]), np.nan, dtype=np.float32)
+    for k, f in enumerate(plan.fields):
+        lo = max(u0, d0 + f.lookahead)                 # first cell whose described day was computed
+        if lo < u1:
+            src = slice(lo - f.lookahead - d0, u1 - f.lookahead - d0)
+            out[:, lo - u0:, k] = vals[:, src, k]
+    return out
+
+
+def _check_target(base: Path, out: Path) -> None:
+    b, o = base.resolve(), out.resolve()
+    if o == b or b in o.parents:
+        raise InputError(f"{out}: inside the source store {base}; write the features store elsewhere")
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+
+
+def _meta(st: Store, plan: FeaturePlan) -> dict:
+    return {**plan.manifest(), "source": {"path": str(st.path.resolve()), "version": st.version,
+                                          "generation": int(st.manifest["data"]["generation"]),
+                                          "n_symbols": st.n_symbols, "n_dates": st.n_dates}}
+
+
+def _extra(st: Store, plan: FeaturePlan) -> dict:
+    keep = ("freq", "sessions", "calendar_source")
+    return {**{k: st.manifest[k] for k in keep if st.manifest.get(k) is not None}, META_KEY: _meta(st, plan)}
+
+
+def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, block: int | None,
+                capacity: int | None) -> tuple[dict, list[str]]:
+    """A new generation of ``out`` with every field of every symbol (under the caller's lock)."""
+    index, missing = _sources(st, plan)
+    version, generation, created = W.next_numbers(out)
+    rows = block or block_rows(st.n_dates, plan)
+    gen = W.NewGeneration(out, generation + 1, st.n_symbols, st.n_dates, len(plan.fields),
+                          capacity or st.date_capacity)
+    try:
+        for lo in range(0, st.n_symbols, rows):
+            sl = slice(lo, min(lo + rows, st.n_symbols))
+            vals = evaluate_block(st, sl, 0, plan, index, device)
+            gen.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
+        W.crashpoint("features:filled")
+        data = gen.finish()
+    except BaseException:
+        gen.abort()
+        raise
+    m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
+                         fields=plan.names, capacity=gen.capacity, first_bar=st.first_bar, last_bar=st.last_bar,
+                         n_bars=st.manifest["n_bars"], created_at=created,
+                         sources=[{"features_of": str(st.path.resolve()), "version": st.version}],
+                         extra=_extra(st, plan))
+    try:
+        return W.commit(out, m), missing
+    except BaseException:
+        W.discard_uncommitted(out, data["file"])
+        raise
+
+
+def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, sets=("alpha158",), exprs=None,
+                     label: str | None = "default", files=(), device: str = "cpu", *, replace: bool = False,
+                     wait: float = 0.0, block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+    """Compute a features store at ``out`` from the bar store ``store``.
+
+    Args:
+        store: the bar store (a path or an open Store).
+        out: the features store to write: same symbols, calendar and bar size, one field per feature plus the
+            label. An existing store there is replaced only with ``replace``.
+        sets: named sets ("alpha158", "alpha360"). exprs: ``{name: expr}`` or ``["NAME=EXPR"]``.
+        label: "default" (Qlib's LABEL0 = Ref($close, -2)/Ref($close, -1) - 1), None, an expression, or
+            ``NAME=EXPR``. files: files of ``NAME=EXPR`` lines.
+        device: "cpu" or a CUDA device: where the blocks are computed.
+        block_symbols: symbols per block (default: what fits in BLOCK_BYTES).
+
+    Raises:
+        InputError: a bad expression or set, a target in the way; StoreError: a damaged source store.
+    """
+    t0 = time.perf_counter()
+    plan = make_plan(sets, exprs, label, files)
+    dev = _device(device)
+    st = store if isinstance(store, Store) else open_store(store)
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out={out!r}: expected a store directory path")
+    out = Path(out)
+    _check_target(st.path, out)
+    with silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
+        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
+        if has_store and not replace:
+            raise InputError(f"{out}: a store is already there; `kline-store features {out} --update` brings "
+                             f"it up to date, --replace (replace=True) recomputes it")
+        if not has_store and not W.only_leftovers(out):
+            if held.made_file:
+                held.remove()
+            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
+        try:
+            W.prepare(out)
+            m, missing = _write_full(out, st, plan, dev, block_symbols, None)
+        except BaseException:
+            W.clean_failed_write(out, held, first=not has_store)
+            raise
+        W.clean_staging(out)
+        W.collect(out, m)
+    return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
+                         time.perf_counter() - t0, str(dev), missing, m["version"])
+
+
+def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
+    """Why an update cannot be a tail append ('' when it can)."""
+    src = m[META_KEY].get("source") if isinstance(m[META_KEY].get("source"), dict) else {}
+    n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
+    if src.get("generation") != st.manifest["data"]["generation"]:
+        return "the source store was rewritten since (a revision, an insertion or new fields)"
+    if st.symbols[:n_old] != m["symbols"] or st.n_dates < t_old or \
+            [str(d) for d in st.dates[:t_old]] != [str(d) for d in np.asarray(m["calendar"], dtype=st.dates.dtype)]:
+        return "the source store's symbols or calendar no longer extend this store's"
+    if plan.max_lookback is None:
+        return "a feature reads the whole series (an expanding or exponential window)"
+    if st.n_dates > m["shape"]["date_capacity"]:
+        return "the room reserved for appended days is used up"
+    return ""
+
+
+def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float = 0.0,
+                    block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+    """Bring a features store up to date with its source store (recorded in its manifest).
+
+    New days of stored symbols cost O(new bars x longest window); new symbols their whole history. The result
+    equals a full recompute cell for cell.
+
+    Raises:
+        StoreError: ``out`` is not a features store, or its source store is gone or damaged.
+    """
+    t0 = time.perf_counter()
+    dev = _device(device)
+    if not isinstance(out, (str, os.PathLike)):
+        raise InputError(f"out={out!r}: expected a store directory path")
+    out = Path(out)
+    with silenced(quiet), lock.WriterLock(out, wait=wait) as held:
+        m = W.prepare(out)
+        if m is None:
+            raise StoreError(f"{out}: no readable store here (its manifest is missing or damaged)")
+        plan = plan_from_manifest(m, out / mf.MANIFEST)
+        src = m[META_KEY].get("source")
+        if not isinstance(src, dict) or not isinstance(src.get("path"), str):
+            raise StoreError(f"{out}/{mf.MANIFEST}: manifest key '{META_KEY}.source' does not name the source store")
+        st = open_store(src["path"])
+        reason = _full_reason(m, st, plan)
+        if not reason and (st.n_dates, st.n_symbols) == (m["shape"]["n_dates"], m["shape"]["n_symbols"]):
+            return FeatureReport(out, "none", "", st.n_symbols, st.n_dates, plan.names, 0,
+                                 time.perf_counter() - t0, str(dev), version=m["version"])
+        try:
+            if reason:
+                new, missing = _write_full(out, st, plan, dev, block_symbols, None)
+                mode, bars = "full", st.n_symbols * st.n_dates
+            else:
+                new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols)
+                mode = "tail"
+        except BaseException:
+            W.clean_failed_write(out, held, first=False)
+            raise
+        W.clean_staging(out)
+        W.collect(out, new)
+    return FeatureReport(out, mode, reason, st.n_symbols, st.n_dates, plan.names, bars, time.perf_counter() - t0,
+                         str(dev), missing, new["version"])
+
+
+def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.device,
+                block: int | None) -> tuple[dict, list[str], int]:
+    """New days of stored symbols and whole new symbols, written where no committed version looks."""
+    index, missing = _sources(st, plan)
+    n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
+    n_rows, t_new, nf = st.n_symbols, st.n_dates, len(plan.fields)
+    cap = m["shape"]["date_capacity"]
+    stride, cell = cap * nf * 4, nf * 4
+    d0 = max(0, t_old - plan.max_lookahead - (plan.max_lookback or 0))   # history the new cells need
+    ranges = [(r * stride + t_old * cell, (t_new - t_old) * cell) for r in range(n_old)] if t_new > t_old else []
+    ranges += [(r * stride, t_new * cell) for r in range(n_old, n_rows)]
+    path = out / m["data"]["file"]
+    crcs = np.concatenate([np.asarray(m["data"]["row_crc32"][:n_old], dtype=np.uint32),
+                           np.zeros(n_rows - n_old, dtype=np.uint32)])
+    need = sum(length for _, length in ranges)
+    with safefs.guard(out, f"append to {path.name}", need):
+        fd = safefs.open_entry(path, os.O_RDWR)
+    bar = Progress(n_rows, "computing", unit="symbols")
+    try:
+        size0 = os.fstat(fd).st_size
+        try:
+            if size0 < n_rows * stride:
+                os.ftruncate(fd, n_rows * stride)
+            safefs.reserve(fd, ranges)
+            for r0, r1, start in ((0, n_old, d0), (n_old, n_rows, 0)):
+                u0 = t_old if start else 0
+                if r1 <= r0 or u0 >= t_new:
+                    continue
+                rows = block or block_rows(t_new - start, plan)
+                for lo in range(r0, r1, rows):
+                    sl = slice(lo, min(lo + rows, r1))
+                    vals = evaluate_block(st, sl, start, plan, index, device)
+                    cells = place_cells(vals, start, u0, t_new, plan)
+                    for i in range(cells.shape[0]):
+                        safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
+                    crcs[sl] = mf.row_crcs(cells, crcs[sl])
+                    bar.step(cells.shape[0])
+            W.crashpoint("features:tail-written")
+            os.fsync(fd)
+        except BaseException as exc:
+            if os.fstat(fd).st_size > size0:
+                os.ftruncate(fd, size0)
+            if isinstance(exc, OSError):
+                raise safefs.os_error(exc, out, f"append to {path.name}", need) from None
+            raise
+    finally:
+        bar.close()
+        os.close(fd)
+    data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
+                checksum=mf.file_checksum(crcs))
+    new = W.build_manifest(version=m["version"] + 1, data=data, symbols=st.symbols, dates=st.dates,
+                           fields=plan.names, capacity=cap, first_bar=st.first_bar, last_bar=st.last_bar,
+                           n_bars=st.manifest["n_bars"], created_at=m.get("created_at"),
+                           sources=[{"features_of": str(st.path.resolve()), "version": st.version}],
+                           extra=_extra(st, plan))
+    bars = n_old * (t_new - t_old) + (n_rows - n_old) * t_new
+    return W.commit(out, new), missing, bars
+
+
+__all__ = ["BLOCK_BYTES", "FeatureReport", "block_rows", "compute_features", "evaluate_block", "place_cells",
+           "spans", "update_features"]
