@@ -47,7 +47,7 @@ class KlineDataModule(lp.LightningDataModule):
     """
 
     def __init__(self, store: str | os.PathLike, window: int = 64, splits: dict[str, Range] | None = None,
-                 batch_size: int = 256, fields: Sequence[str] | None = None, horizon: int = 1, seed: int = 0,
+                 batch_size: int = 256, fields: Sequence[str] | None = None, horizon: int | None = None, seed: int = 0,
                  device: Any = "auto", num_workers: int | None = None, drop_last: bool = False,
                  **options: Any) -> None:
         super().__init__()
@@ -57,7 +57,7 @@ class KlineDataModule(lp.LightningDataModule):
         if unknown:
             raise InputError(f"KlineDataModule(splits=...): unknown split(s) {unknown}; use train, val, test")
         self.store, self.window, self.ranges = store, int(window), dict(splits)
-        self.batch_size, self.fields, self.horizon, self.seed = int(batch_size), fields, int(horizon), seed
+        self.batch_size, self.fields, self.horizon, self.seed = int(batch_size), fields, horizon, seed
         self.device, self.num_workers, self.drop_last, self.options = device, num_workers, drop_last, options
         self.splits: Splits | None = None
 

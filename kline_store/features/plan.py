@@ -192,5 +192,16 @@ def field_lookahead(m: dict, field: str) -> int:
     return 0
 
 
-__all__ = ["FIELD_ALIASES", "FeatureField", "FeaturePlan", "META_KEY", "field_lookahead", "make_plan",
+def field_roles(m: dict) -> tuple[tuple[str, ...] | None, str | None, tuple[tuple[str, int], ...]]:
+    """What a features store says of its fields, for the datasets (``samples.spec.FieldRoles``): its default
+    inputs (every feature but the label), its label, each field's reach. A bar store says nothing."""
+    meta = m.get(META_KEY)
+    if not isinstance(meta, dict) or not isinstance(meta.get("fields"), list):
+        return None, None, ()
+    label = meta.get("label") if isinstance(meta.get("label"), str) else None
+    names = [f for f in m.get("fields", []) if f != label]
+    return tuple(names) or None, label, tuple((f, field_lookahead(m, f)) for f in m.get("fields", []))
+
+
+__all__ = ["FIELD_ALIASES", "FeatureField", "FeaturePlan", "META_KEY", "field_lookahead", "field_roles", "make_plan",
            "plan_from_manifest", "read_expr_file"]

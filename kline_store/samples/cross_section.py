@@ -37,7 +37,7 @@ class CrossSectionDataset(torch.utils.data.Dataset):
 
     def __init__(self, path: str | os.PathLike | Store | KlineDataset, window: int = 64,
                  fields: Sequence[str] | None = None,
-                 horizon: int = 1, start: DateLike = None, end: DateLike = None, *, min_count: int = 1,
+                 horizon: int | None = None, start: DateLike = None, end: DateLike = None, *, min_count: int = 1,
                  **options: Any) -> None:
         super().__init__()
         if isinstance(path, KlineDataset):

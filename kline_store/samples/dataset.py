@@ -40,7 +40,8 @@ from .gather import Batch, Gatherer, sample_layout
 from ..feed.loader import KlineLoader
 from ..feed.placement import readahead
 from ..feed.shm import WorkerRing
-from .spec import Adjust, Normalize, SamplePlan, SampleSpec, resolve
+from ..features.plan import field_roles
+from .spec import Adjust, FieldRoles, Normalize, SamplePlan, SampleSpec, resolve
 from ..store import Store, open_store
 
 # Windows used to estimate z-score statistics (spread evenly over the index) and per gather call while doing so.
@@ -91,7 +92,8 @@ class KlineDataset(torch.utils.data.Dataset):
     """
 
     def __init__(self, path: str | os.PathLike | Store, window: int = 64, fields: Sequence[str] | str | None = None,
-                 horizon: int = 1, start: DateLike = None, end: DateLike = None, *, label: str = "return",
+                 horizon: int | None = None, start: DateLike = None, end: DateLike = None, *,
+                 label: str | None = None,
                  adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
                  missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
                  days: Literal["calendar", "symbol"] = "calendar", version: int | None = None) -> None:
@@ -116,7 +118,8 @@ class KlineDataset(torch.utils.data.Dataset):
     def _reset(self) -> None:
         """Derive the plan from the spec (cheap; repeated in each process after unpickling)."""
         st = self.store
-        self.plan: SamplePlan = resolve(self.spec, st.fields, st.dates, str(st.path))
+        self.plan: SamplePlan = resolve(self.spec, st.fields, st.dates, str(st.path),
+                                        FieldRoles(*field_roles(st.manifest)))
         self._cpu: Gatherer | None = None
         self._pid = os.getpid()
         self._ring: WorkerRing | None = None
@@ -178,7 +181,8 @@ class KlineDataset(torch.utils.data.Dataset):
 
     @property
     def horizon(self) -> int:
-        return self.spec.horizon
+        """Bars from a window's last day to its label's day (a features store's label: its reach)."""
+        return self.plan.horizon
 
     @property
     def fields(self) -> list[str]:
@@ -375,6 +379,7 @@ class KlineDataset(torch.utils.data.Dataset):
                            num_workers=num_workers, **options)
 
     def __repr__(self) -> str:
-        p = self.spec
+        p = self.plan
+        label = p.label_kind if p.label_field is None else self.store.fields[p.label_field]
         return (f"KlineDataset({str(self.path)!r}, v{self.version}, {len(self)} windows, window={p.window}, "
-                f"horizon={p.horizon}, fields={self.fields}, label={p.label!r})")
+                f"horizon={p.horizon}, fields={self.fields}, label={label!r})")

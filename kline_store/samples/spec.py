@@ -45,6 +45,21 @@ def _count(name: str, value: object) -> int:
 
 
 @dataclass(frozen=True)
+class FieldRoles:
+    """What a store says of its own fields: the default inputs, the default label, and how many bars after its
+    day each field was computed from. A bar store: OHLCV inputs, a return label, nothing looks ahead. A features
+    store: its features, its label, stored ``lookahead`` bars after the day it describes (read it that far
+    ahead: ``horizon`` defaults to it and must equal it)."""
+
+    default_fields: tuple[str, ...] | None = None
+    default_label: str | None = None
+    lookahead: tuple[tuple[str, int], ...] = ()
+
+    def ahead(self, field: str) -> int:
+        return dict(self.lookahead).get(field, 0)
+
+
+@dataclass(frozen=True)
 class SampleSpec:
     """The options that define a sample; see :class:`kline_store.samples.dataset.KlineDataset` for their meaning.
 
@@ -52,11 +67,11 @@ class SampleSpec:
     """
 
     window: int = 64
-    horizon: int = 1
+    horizon: int | None = None       # None: 1, or a features store's label reach
     fields: tuple[str, ...] | None = None
     start: np.datetime64 | None = None
     end: np.datetime64 | None = None
-    label: str = "return"
+    label: str | None = None         # None: "return", or a features store's label
     adjust: Adjust = "none"
     normalize: Normalize = "none"
     missing: Literal["drop", "ffill"] = "drop"
@@ -64,11 +79,12 @@ class SampleSpec:
     days: Literal["calendar", "symbol"] = "calendar"
 
     @classmethod
-    def make(cls, window: int = 64, fields: Sequence[str] | str | None = None, horizon: int = 1,
+    def make(cls, window: int = 64, fields: Sequence[str] | str | None = None, horizon: int | None = None,
              start: DateLike = None, end: DateLike = None, **options: object) -> SampleSpec:
         """A spec from loosely typed arguments: one field name as a string, dates in any accepted form."""
         names = None if fields is None else ((fields,) if isinstance(fields, str) else tuple(fields))
-        return cls(window=_count("window", window), horizon=_count("horizon", horizon), fields=names, start=to_time(start, "start"),
+        h = None if horizon is None else _count("horizon", horizon)
+        return cls(window=_count("window", window), horizon=h, fields=names, start=to_time(start, "start"),
                    end=to_time(end, "end"), **options)  # type: ignore[arg-type]
 
     def __post_init__(self) -> None:
@@ -76,7 +92,7 @@ class SampleSpec:
                                 ("missing", self.missing, MISSING), ("days", self.days, DAYS)):
             if value not in ok:
                 raise InputError(f"{name}={value!r}: expected one of {', '.join(map(repr, ok))}")
-        if self.window < 1 or self.horizon < 1:
+        if self.window < 1 or (self.horizon is not None and self.horizon < 1):
             raise InputError(f"window={self.window}, horizon={self.horizon}: both must be >= 1")
         if self.days == "symbol" and self.missing == "ffill":
             raise InputError("days='symbol' windows have no missing days; use missing='drop' with them")
@@ -153,9 +169,12 @@ class SamplePlan:
         return keep, plan
 
 
-def field_indices(store_fields: Sequence[str], fields: Sequence[str] | None, where: str) -> list[int]:
-    """Store indices of the requested fields (default: the OHLCV-amount fields the store has)."""
-    if fields is None:
+def field_indices(store_fields: Sequence[str], fields: Sequence[str] | None, where: str,
+                  default: Sequence[str] | None = None) -> list[int]:
+    """Store indices of the requested fields (default: ``default``, else the OHLCV-amount fields the store has)."""
+    if fields is None and default:
+        names = list(default)
+    elif fields is None:
         names = [f for f in store_fields if f in DEFAULT_FIELDS]
         if not names:
             raise InputError(f"{where}: none of the default fields ({', '.join(DEFAULT_FIELDS)}) is in the "
@@ -169,7 +188,8 @@ def field_indices(store_fields: Sequence[str], fields: Sequence[str] | None, whe
     return [list(store_fields).index(f) for f in names]
 
 
-def resolve(spec: SampleSpec, store_fields: Sequence[str], dates: np.ndarray, where: str) -> SamplePlan:
+def resolve(spec: SampleSpec, store_fields: Sequence[str], dates: np.ndarray, where: str,
+            roles: FieldRoles = FieldRoles()) -> SamplePlan:
     """Check ``spec`` against a store (its fields and calendar) and derive the plan.
 
     Args:
@@ -177,6 +197,7 @@ def resolve(spec: SampleSpec, store_fields: Sequence[str], dates: np.ndarray, wh
         store_fields: the store's field names.
         dates: the store's calendar.
         where: the store's path, for messages.
+        roles: what the store says of its fields (a features store: default inputs and label, label reach).
 
     Raises:
         InputError: unknown field or label, a window longer than the calendar, adjustment without
@@ -184,13 +205,18 @@ def resolve(spec: SampleSpec, store_fields: Sequence[str], dates: np.ndarray, wh
     """
     store_fields = list(store_fields)
     n_dates = len(dates)
+    label = spec.label or roles.default_label or "return"
+    reach = roles.ahead(label)
+    if reach and spec.horizon not in (None, reach):
+        raise InputError(f"label={label!r} with horizon={spec.horizon}: {where} stores {label} {reach} bars after the "
+                         f"day it labels (it reads {reach} bars ahead), so horizon must be {reach} (the default)")
+    spec = dataclasses.replace(spec, label=label, horizon=spec.horizon or reach or 1)
     if spec.window + spec.horizon > n_dates:
         span = f"{dates[0]}..{dates[-1]}" if n_dates else "-"
         raise InputError(f"window={spec.window} plus horizon={spec.horizon} is longer than the calendar of {where} "
                          f"({n_dates} days, {span})")
-    x_fields = field_indices(store_fields, spec.fields, where)
+    x_fields = field_indices(store_fields, spec.fields, where, roles.default_fields)
     names = [store_fields[i] for i in x_fields]
-    label = spec.label
     if label in LABELS:
         kind, label_field = label, None
     elif label in store_fields:

@@ -10,6 +10,7 @@ from .cross_section import CrossSectionDataset
 from .dataset import KlineDataset
 from .ranges import DateLike, split_bounds
 from ..errors import InputError
+from ..features.plan import field_roles
 from ..store import Store, open_store
 
 
@@ -24,7 +25,7 @@ class Splits(NamedTuple):
 def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike],
                 valid: tuple[DateLike, DateLike] | None = None,
                 test: tuple[DateLike, DateLike] | None = None, *, window: int = 64,
-                fields: Sequence[str] | None = None, horizon: int = 1, embargo: int | None = None,
+                fields: Sequence[str] | None = None, horizon: int | None = None, embargo: int | None = None,
                 cross_section: bool = False, **options: Any) -> Splits:
     """Train/valid/test datasets over consecutive date ranges, with an embargo between them.
 
@@ -41,7 +42,7 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
         test: ``(start, end)`` or None.
         window: days per window.
         fields: input fields.
-        horizon: label offset.
+        horizon: label offset (default 1; a features store's label: its reach, e.g. 2 for LABEL0).
         embargo: trading days that must separate a split's last label day from the next split's first ``t``
             (default: ``horizon``; at least ``horizon`` is enforced).
         cross_section: build :class:`CrossSectionDataset` s instead of :class:`KlineDataset` s.
@@ -53,11 +54,14 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
     Raises:
         InputError: overlapping ranges, a split left without days or valid windows.
     """
+    st = path if isinstance(path, Store) else open_store(path)
+    if horizon is None:   # a features store's label is read as far ahead as it looks
+        _, label, reach = field_roles(st.manifest)
+        horizon = dict(reach).get(options.get("label") or label, 0) or 1
     embargo = horizon if embargo is None else int(embargo)
     if embargo < horizon:
         raise InputError(f"embargo={embargo} is shorter than horizon={horizon}: labels of one split would reach "
                          f"into the next")
-    st = path if isinstance(path, Store) else open_store(path)
     bounds = split_bounds(st.dates, [train, valid, test], embargo, ["train", "valid", "test"])
     cls = CrossSectionDataset if cross_section else KlineDataset
     made: list[Any] = []

@@ -58,7 +58,8 @@ def test_resolve_errors_name_the_store():
 @pytest.mark.parametrize("value", [2.5, True, "64", None])
 def test_window_and_horizon_are_whole_numbers(value):
     """window=2.5 once made windows of 2, window=True of 1, and '64' was accepted."""
-    for name in ("window", "horizon"):
+    for name in ("window", "horizon") if value is not None else ("window",):   # horizon=None: the default
         with pytest.raises(InputError, match=f"{name}=.*: expected a whole number of bars"):
             SampleSpec.make(**{name: value})
     assert SampleSpec.make(window=np.int64(8)).window == 8
+    assert resolve(SampleSpec.make(horizon=None), FIELDS, DATES, "S").horizon == 1

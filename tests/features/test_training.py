@@ -1,0 +1,54 @@
+"""Training on a features store: its features are the inputs and its label the target by default, the label is
+read as far ahead as it looks (LABEL0: 2 bars), so no sample's label comes from beyond its split's end."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_compute import bars, write_folder
+
+from kline_store import CrossSectionDataset, KlineDataset, compute_features, ingest, make_splits, open_store
+from kline_store.errors import InputError
+
+EXPRS = {"RET1": "$close/Ref($close, 1) - 1", "MA5": "Mean($close, 5)/$close", "VOL": "Log($volume)"}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("train")
+    base = tmp / "base"
+    ingest([write_folder(tmp / "a", bars(3, 6, 120))], base)
+    feats = tmp / "feats"
+    compute_features(base, feats, sets=[], exprs=EXPRS)
+    return base, feats
+
+
+def test_defaults_are_the_features_and_their_label(stores):
+    base, feats = stores
+    ds = KlineDataset(feats, window=4)
+    assert ds.fields == list(EXPRS) and ds.horizon == 2 and "LABEL0" in repr(ds)
+    close = np.asarray(open_store(base).array("close"), dtype=np.float64)
+    for i in range(0, len(ds), 37):
+        s, t = (int(v[0]) for v in ds.locate(np.array([i])))
+        y = float(ds[i]["y"])
+        assert y == pytest.approx(close[s, t + 2] / close[s, t + 1] - 1, rel=1e-4, abs=1e-7)
+    with pytest.raises(InputError, match="horizon must be 2"):
+        KlineDataset(feats, window=4, horizon=1)
+
+
+def test_splits_keep_labels_inside_their_range(stores):
+    _, feats = stores
+    st = open_store(feats)
+    sp = make_splits(feats, train=(None, st.dates[60]), valid=(None, st.dates[90]), test=(None, None), window=3)
+    for ds, end in ((sp.train, 60), (sp.valid, 90)):
+        _, t = ds.locate(np.arange(len(ds)))
+        assert t.max() + 2 <= end                      # the label day (t + 2) is at or before the split's end
+    _, t_valid = sp.valid.locate(np.arange(len(sp.valid)))
+    assert t_valid.min() >= 60 + 2                     # the embargo: the label's reach
+
+
+def test_cross_sections_of_features(stores):
+    _, feats = stores
+    cs = CrossSectionDataset(feats, window=1)
+    batch = cs[len(cs) // 2]
+    assert batch["x"].shape[-1] == len(EXPRS) and cs.windows.horizon == 2
