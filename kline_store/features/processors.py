@@ -68,7 +68,7 @@ def rank_pct(v: torch.Tensor) -> torch.Tensor:
     """pandas' `rank(pct=True)` along the last dim: average rank of ties, divided by the count of non-NaN
     values; NaN stays NaN; infinities rank as the extreme values they are."""
     ordered, order = torch.sort(v, dim=-1)
-    pos = torch.arange(v.shape[-1], device=v.device).expand_as(ordered)
+    pos = torch.arange(v.shape[-1], dtype=v.dtype, device=v.device).expand_as(ordered)  # float: ranks in v's precision
     same = ordered[..., 1:] == ordered[..., :-1]
     first = torch.ones_like(ordered, dtype=torch.bool)
     first[..., 1:] = ~same

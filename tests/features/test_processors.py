@@ -165,15 +165,15 @@ def assert_agrees(name: str, ours_x: np.ndarray, ours_kept: np.ndarray, theirs_x
     """Same rows kept; on them NaN where Qlib has NaN, the same infinity, close where Qlib is finite."""
     assert np.array_equal(ours_kept, theirs_kept), f"{name}: rows kept differ"
     a, b = ours_x[theirs_kept].astype(np.float64), theirs_x[theirs_kept]
-    fin = np.isfinite(b)
-    ok = np.where(fin, np.isfinite(a) & (np.abs(a - b) <= 1e-6 + 1e-5 * np.abs(b)),
-                  np.isnan(a) & np.isnan(b) | (a == b))
+    with np.errstate(invalid="ignore"):  # inf - inf where Qlib has an infinity: decided by the a == b branch
+        close = np.isfinite(a) & (np.abs(a - b) <= 1e-6 + 1e-5 * np.abs(b))
+    ok = np.where(np.isfinite(b), close, np.isnan(a) & np.isnan(b) | (a == b))
     bad = np.argwhere(~ok)
     assert ok.all(), f"{name}: {len(bad)} cells differ, first {bad[0]}: ours {a[tuple(bad[0])]}, " \
                      f"Qlib {b[tuple(bad[0])]}"
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases())
 def test_every_processor_agrees_with_qlib(qlib, case):
     theirs = qlib.run(case)
@@ -193,7 +193,7 @@ def fitted(case: dict, train: torch.Tensor) -> dict[str, dict]:
     return out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(case=cases(), data=st.data())
 def test_state_depends_on_train_dates_only(case, data):
     d = case["x"].shape[0]
