@@ -7,7 +7,8 @@ list here (`fields`, None = every column).
 
 Every processor has `fit(x, present, train) -> state` (a plain dict of tensors, empty for the stateless ones;
 `train[dates]` is the fit range: only its present rows are read) and `apply(x, present, state) -> Processed`.
-Statistics are taken in float64 and the result cast back to x's dtype; they work on CPU and CUDA tensors.
+Statistics are taken in float64 and the result cast back to x's dtype (Qlib on a float32 frame reduces in float32,
+which can be off far more where a cross section holds near-equal values); they work on CPU and CUDA tensors.
 The fitted ones (ZScoreNorm, RobustZScoreNorm) and the Pipeline are in fit.py.
 """
 

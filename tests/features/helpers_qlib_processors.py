@@ -3,8 +3,8 @@
     python helpers_qlib_processors.py SPECS.json
 
 Imports Qlib once, then serves requests, one a line on stdin: `IN.npz OUT.npz`. IN holds a panel (x[dates,
-symbols, columns] float32, present[dates, symbols], n_feat, fit_lo, fit_hi); it becomes the frame Qlib's
-handlers produce (index (datetime, instrument) of the present rows, columns ('feature', F<i>) then ('label',
+symbols, columns] float32, present[dates, symbols], n_feat, fit_lo, fit_hi); it becomes a frame shaped as Qlib's
+handlers produce theirs (index (datetime, instrument) of the present rows, columns ('feature', F<i>) then ('label',
 LABEL<j>)), and every spec runs on a copy of it with Qlib's own classes: a processor (fit, then call) or a
 DataHandlerLP over a StaticDataLoader. OUT gets, per output, `<name>.x` (NaN where Qlib has no row) and
 `<name>.kept` (the rows Qlib kept). Each request is answered by one line: `ok`, or `error <json traceback>`.
@@ -35,7 +35,9 @@ def frame(x: np.ndarray, present: np.ndarray, n_feat: int) -> tuple[pd.DataFrame
     index = pd.MultiIndex.from_product([dates, syms], names=["datetime", "instrument"])
     cols = pd.MultiIndex.from_tuples([("feature", f"F{i}") for i in range(n_feat)]
                                      + [("label", f"LABEL{j}") for j in range(c - n_feat)])
-    df = pd.DataFrame(x.reshape(d * s, c), index=index, columns=cols)
+    # float64 holding the float32 values exactly: pandas then reduces in float64, as ours does, so the answers
+    # differ by one float32 rounding; a float32 frame's own rounding is far coarser in near-constant sections
+    df = pd.DataFrame(x.reshape(d * s, c).astype(np.float64), index=index, columns=cols)
     return df[present.reshape(-1)], dates, syms
 
 
