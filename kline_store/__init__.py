@@ -33,6 +33,7 @@ _LAZY = {
     "compute_features": ("kline_store.features.compute", "compute_features"),
     "update_features": ("kline_store.features.compute", "update_features"),
     "feature_set": ("kline_store.features.sets", "feature_set"),
+    "process_features": ("kline_store.features.process", "process_features"),
 }
 
 __all__ = ["open_store", "verify_store", "Store", "KlineStoreError", "InputError", "StoreError",

@@ -40,7 +40,8 @@ LAYERS = {
     "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
                 "__init__"],
     "features": ["nodes", "parse", "window", "rolling", "regression", "pairwise", "smooth", "ops",
-                 "evaluate", "sets", "plan", "compute", "__init__"],
+                 "evaluate", "sets", "plan", "compute", "processors", "fit", "process",
+                 "__init__"],
     "cli": ["perf", "features", "main", "__init__", "__main__"],
 }
 

@@ -48,3 +48,27 @@ def features(store, out, sets, exprs, files, label, update, device, replace, wai
                                    replace=replace, wait=wait, quiet=quiet)
     if not quiet:
         click.echo("\n".join(rep.lines()))
+
+
+@click.command(short_help="Run Qlib's processors (normalisation, fill, label rank) over a features store.")
+@click.argument("store")
+@click.option("-o", "--out", required=True, type=click.Path(), help="The processed store to write.")
+@click.option("--fit-start", metavar="DATE", help="First date the fitted statistics come from (default: the first).")
+@click.option("--fit-end", metavar="DATE", help="Last date the fitted statistics come from (the train split's end).")
+@click.option("--infer", "infer", multiple=True, metavar="NAME[:GROUP]",
+              help="Infer processors in order (default RobustZScoreNorm, Fillna on the features).")
+@click.option("--learn", "learn", multiple=True, metavar="NAME[:GROUP]",
+              help="Learn processors in order (default DropnaLabel, CSRankNorm on the label).")
+@click.option("--replace", is_flag=True, help="Rewrite an existing store at OUT.")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
+def process(store, out, fit_start, fit_end, infer, learn, replace, wait, quiet) -> None:
+    """Run Qlib's processors over the features store STORE and write the result to OUT: by default Qlib's
+    benchmark pipeline (features RobustZScoreNorm + Fillna, label DropnaLabel + CSRankNorm), every fitted
+    statistic from --fit-start .. --fit-end only. GROUP is feature, label or all."""
+    from ..features.process import QLIB_INFER, QLIB_LEARN, process_features
+    with silenced(quiet):
+        rep = process_features(store, out, list(infer) or QLIB_INFER, list(learn) or QLIB_LEARN,
+                               fit_start=fit_start, fit_end=fit_end, replace=replace, wait=wait, quiet=quiet)
+    if not quiet:
+        click.echo("\n".join(rep.lines()))

@@ -165,11 +165,12 @@ def gc(store) -> None:
 def _register_torch_commands() -> None:
     """Commands whose modules need torch (imported when the command runs, not at start-up)."""
     try:
-        from .features import features
+        from .features import features, process
         from .perf import bench, tune
     except ImportError:
         return
     cli.add_command(features)
+    cli.add_command(process)
     cli.add_command(tune)
     cli.add_command(bench)
 

@@ -261,6 +261,9 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
         if m is None:
             raise StoreError(f"{out}: no readable store here (its manifest is missing or damaged)")
         plan = plan_from_manifest(m, out / mf.MANIFEST)
+        if "processing" in m[META_KEY]:
+            raise InputError(f"{out}: a processed store (its statistics were fitted once); update the features "
+                             "store it came from, then process that again")
         src = m[META_KEY].get("source")
         if not isinstance(src, dict) or not isinstance(src.get("path"), str):
             raise StoreError(f"{out}/{mf.MANIFEST}: manifest key '{META_KEY}.source' does not name the source store")

@@ -1,0 +1,228 @@
+"""Qlib's processor pipelines on a features store, written as a new store that datasets read as they are.
+
+Qlib's benchmarks normalise Alpha158 features with RobustZScoreNorm + Fillna (fitted on the train dates only)
+and the label with DropnaLabel + CSRankNorm (per date, across symbols). ``process_features`` runs that pipeline
+(``fit.Pipeline``: infer processors, then learn processors on their output, as DataHandlerLP's "append") over
+the store's panel and writes the learn view: processed features, processed label, and NaN labels where a row was
+dropped, so that datasets (which skip windows whose label is NaN) drop it too. The fitted state is recorded in
+the manifest, each statistic from the rows of the fit dates alone.
+
+A Qlib row is a (date, instrument) of the instrument's span, from its first bar to its last; the label, stored
+``lookahead`` bars after the day it describes, is moved back to that day for the pipeline and forward again
+when written.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import InputError
+from ..progress import silenced
+from ..store import lock, manifest as mf, writer as W
+from ..store.snapshot import Store, open_store
+from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
+from .plan import META_KEY, field_lookahead, plan_from_manifest
+from .processors import CSRankNorm, CSZScoreNorm, DropnaLabel, DropnaProcessor, Fillna, ProcessInf, Processor
+
+# name -> (constructor given the column indices, the default group in infer / learn)
+PROCESSORS = {
+    "RobustZScoreNorm": lambda cols: RobustZScoreNorm(cols, clip_outlier=True),
+    "ZScoreNorm": lambda cols: ZScoreNorm(cols),
+    "CSZScoreNorm": lambda cols: CSZScoreNorm(cols),
+    "CSRobustZScoreNorm": lambda cols: CSZScoreNorm(cols, method="robust"),
+    "CSRankNorm": lambda cols: CSRankNorm(cols),
+    "Fillna": lambda cols: Fillna(cols),
+    "ProcessInf": lambda cols: ProcessInf(cols),
+    "DropnaLabel": lambda cols: DropnaLabel(cols),
+    "DropnaFeature": lambda cols: DropnaProcessor(cols),
+}
+QLIB_INFER = ("RobustZScoreNorm", "Fillna")            # Qlib's Alpha158 / Alpha360 benchmark configs
+QLIB_LEARN = ("DropnaLabel", "CSRankNorm")
+
+
+@dataclass
+class ProcessReport:
+    out: Path
+    infer: list[str]
+    learn: list[str]
+    fit_dates: tuple[str, str]
+    n_symbols: int
+    n_dates: int
+    dropped: int
+    seconds: float
+
+    def lines(self) -> list[str]:
+        return [f"processed {self.out}: infer {' + '.join(self.infer) or '-'}, learn {' + '.join(self.learn) or '-'}"
+                f"; fitted on {self.fit_dates[0]} .. {self.fit_dates[1]}; {self.n_symbols} symbols x {self.n_dates}"
+                f" dates; {self.dropped:,} rows dropped (label NaN); {self.seconds:.2f} s"]
+
+
+def _processors(names, group: str, features: list[int], label: list[int], stage: str) -> list[Processor]:
+    """``"Name"`` or ``"Name:feature|label|all"`` -> processors on those columns."""
+    out = []
+    for spec in names:
+        if isinstance(spec, Processor):
+            out.append(spec)
+            continue
+        name, _, which = str(spec).partition(":")
+        which = which or ("label" if name == "DropnaLabel" else group)
+        if name not in PROCESSORS:
+            raise InputError(f"{stage} processor {name!r}: expected one of {', '.join(PROCESSORS)}")
+        cols = {"feature": features, "label": label, "all": features + label}.get(which)
+        if cols is None:
+            raise InputError(f"{stage} processor {spec!r}: the group after ':' is feature, label or all")
+        if not cols:
+            raise InputError(f"{stage} processor {spec!r}: the store has no {which} column")
+        out.append(PROCESSORS[name](cols))
+    return out
+
+
+def _day(text, st: Store, default: int, where: str) -> int:
+    """Calendar index of the last date <= ``text`` (the first >= it for a start)."""
+    if text is None:
+        return default
+    try:
+        d = np.datetime64(str(text), "D")
+    except ValueError:
+        raise InputError(f"{where}={text!r}: not a date (YYYY-MM-DD)") from None
+    days = st.dates.astype("datetime64[D]")
+    return int(np.searchsorted(days, d, side="left")) if where == "fit_start" else \
+        int(np.searchsorted(days, d, side="right")) - 1
+
+
+def _needed_bytes(st: Store) -> int:
+    return st.n_symbols * st.n_dates * st.n_fields * 4 * 5     # the panel, its copies and float64 columns
+
+
+def _available() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLIB_INFER, learn=QLIB_LEARN, *,
+                     fit_start=None, fit_end=None, replace: bool = False, wait: float = 0.0,
+                     quiet: bool = True) -> ProcessReport:
+    """Run Qlib's processors over a features store and write the result as a new store at ``out``.
+
+    Args:
+        store: a features store (from compute_features).
+        out: the processed store to write (same symbols, calendar, fields).
+        infer: processors for features and label alike (Qlib's infer_processors): names, optionally with the
+            column group, ``"RobustZScoreNorm"``, ``"CSZScoreNorm:label"``; default group: the features.
+        learn: Qlib's learn_processors, run on the infer output; default group: the label.
+        fit_start, fit_end: the dates the fitted statistics come from (Qlib's fit_start_time/fit_end_time); end
+            is required when a fitted processor is used (no statistic from the valid or test dates).
+
+    Raises:
+        InputError: unknown processor, no fit_end for a fitted one, a store too big for memory.
+    """
+    t0 = time.perf_counter()
+    st = open_store(store)
+    plan = plan_from_manifest(st.manifest, st.path / mf.MANIFEST)
+    names = st.fields
+    label = [names.index(plan.label)] if plan.label else []
+    features = [i for i in range(len(names)) if i not in label]
+    procs_i = _processors(infer, "feature", features, label, "infer")
+    procs_l = _processors(learn, "label", features, label, "learn")
+    fitted = any(isinstance(p, (ZScoreNorm, RobustZScoreNorm)) for p in procs_i + procs_l)
+    if fitted and fit_end is None:
+        raise InputError("process_features: fit_end is required with a fitted processor (ZScoreNorm, "
+                         "RobustZScoreNorm): its statistics must come from the train dates only")
+    lo, hi = _day(fit_start, st, 0, "fit_start"), _day(fit_end, st, st.n_dates - 1, "fit_end")
+    if hi < lo:
+        raise InputError(f"fit_start={fit_start!r}, fit_end={fit_end!r}: no date of {st.path} in that range")
+    if _needed_bytes(st) > 0.8 * _available():
+        raise InputError(f"{st.path}: processing holds the panel in memory ({_needed_bytes(st) / 2**30:.1f} GiB "
+                         f"needed, {_available() / 2**30:.1f} GiB available); process a symbol subset")
+    out = Path(out)
+    if out.resolve() == st.path.resolve() or st.path.resolve() in out.resolve().parents:
+        raise InputError(f"{out}: inside the source store {st.path}; write the processed store elsewhere")
+    shifts = [field_lookahead(st.manifest, f) for f in names]
+    x, present = _read_panel(st, shifts)
+    train = torch.zeros(st.n_dates, dtype=torch.bool)
+    train[lo: hi + 1] = True
+    pipe = Pipeline(infer=procs_i, learn=procs_l)
+    states = pipe.fit(x, present, train)
+    learn_view = pipe.apply(x, present, states).learn
+    y = learn_view.x.clone()
+    dropped = present & ~learn_view.present
+    if label:
+        y[..., label[0]] = torch.where(dropped, float("nan"), y[..., label[0]])
+    panel = _to_store_layout(y, shifts)
+    meta = dict(st.manifest[META_KEY])
+    meta["processing"] = {"infer": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in infer],
+                          "learn": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in learn],
+                          "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]),
+                          "states": {k: {n: v.tolist() for n, v in s.items()} for k, s in states.items()}}
+    _write(st, out, panel, meta, replace, wait, quiet)
+    return ProcessReport(out, [str(p) for p in infer], [str(p) for p in learn], (str(st.dates[lo]), str(st.dates[hi])),
+                         st.n_symbols, st.n_dates, int(dropped.sum()), time.perf_counter() - t0)
+
+
+def _read_panel(st: Store, shifts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """[dates, symbols, fields] with each field at the day it describes; present: the symbols' spans."""
+    x = np.full((st.n_dates, st.n_symbols, st.n_fields), np.nan, dtype=np.float32)
+    for s in range(st.n_symbols):                      # one row at a time: bounded temporaries
+        row = np.asarray(st.panel[s])
+        for f, a in enumerate(shifts):
+            x[: st.n_dates - a, s, f] = row[a:, f]
+    t = np.arange(st.n_dates)[:, None]
+    present = (st.first_bar[None, :] >= 0) & (t >= st.first_bar[None, :]) & (t <= st.last_bar[None, :])
+    return torch.from_numpy(x), torch.from_numpy(present)
+
+
+def _to_store_layout(y: torch.Tensor, shifts: list[int]) -> np.ndarray:
+    """[dates, symbols, fields] back to [symbols, dates, fields], each field at the day it becomes known."""
+    y = y.numpy()
+    out = np.full((y.shape[1], y.shape[0], y.shape[2]), np.nan, dtype=np.float32)
+    for f, a in enumerate(shifts):
+        out[:, a:, f] = y[: y.shape[0] - a, :, f].T
+    return out
+
+
+def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, wait: float, quiet: bool) -> None:
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+    with silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
+        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
+        if has_store and not replace:
+            raise InputError(f"{out}: a store is already there; pass replace=True (--replace) to rewrite it")
+        if not has_store and not W.only_leftovers(out):
+            if held.made_file:
+                held.remove()
+            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
+        try:
+            W.prepare(out)
+            version, generation, created = W.next_numbers(out)
+            data = W.write_panel(out, generation + 1, panel, st.date_capacity)
+            extra = {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source")
+                     if st.manifest.get(k) is not None}
+            m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
+                                 fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
+                                 last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
+                                 sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
+                                 extra={**extra, META_KEY: meta})
+            try:
+                m = W.commit(out, m)
+            except BaseException:
+                W.discard_uncommitted(out, data["file"])
+                raise
+        except BaseException:
+            W.clean_failed_write(out, held, first=not has_store)
+            raise
+        W.clean_staging(out)
+        W.collect(out, m)
+
+
+__all__ = ["PROCESSORS", "ProcessReport", "QLIB_INFER", "QLIB_LEARN", "process_features"]

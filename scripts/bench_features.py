@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""Alpha158 with kline-store against Qlib's own D.features, on the same data and machine, in one run.
+
+1. Real A-share daily files (../shared/data/real/ashare_qfq_daily/data_20251009, 154 symbols) are ingested,
+   exported as a Qlib provider directory, and Qlib 0.9.7 (in .venv-qlib) computes the 158 Alpha158 expressions
+   and LABEL0 with D.features after qlib.init; ks.compute_features computes the same into a features store in a
+   warm process (torch imported, one call made before). Each side's best of --repeat, and each side as a whole
+   command (interpreter start-up, imports and init included) with its peak RSS.
+2. A synthetic store of --symbols x --days (default 5,000 x 2,500): the full computation's time and peak RSS
+   (a child process), then one appended day and `update_features`: the update's share of the full time.
+
+    python scripts/bench_features.py [--repeat 3] [--symbols 5000 --days 2500] [--skip-qlib] [--skip-scale]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_ingest import make_csv, run  # noqa: E402
+
+REAL = Path(os.environ.get("KLINE_REAL_DATA", ROOT.parent / "shared" / "data" / "real"))
+QLIB_PY = Path(os.environ.get("KLINE_QLIB_PYTHON", ROOT / ".venv-qlib" / "bin" / "python"))
+
+QLIB_SIDE = r"""
+import json, resource, sys, time
+t_start = time.perf_counter()
+import qlib
+from qlib.data import D
+uri, exprs_file, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
+exprs = json.load(open(exprs_file))
+qlib.init(provider_uri=uri, region="cn", expression_cache=None, dataset_cache=None, kernels=1)
+t_init = time.perf_counter()
+times = []
+for _ in range(repeat):
+    t0 = time.perf_counter()
+    df = D.features(D.instruments("all"), exprs, freq="day")
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"best_s": min(times), "runs_s": times, "cells": int(df.size), "rows": int(len(df)),
+                  "init_s": t_init - t_start, "process_s": time.perf_counter() - t_start,
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def qlib_comparison(work: Path, repeat: int, skip_qlib: bool) -> dict:
+    import kline_store as ks
+    from kline_store.features.sets import alpha158, label
+
+    src = REAL / "ashare_qfq_daily" / "data_20251009"
+    if not src.is_dir():
+        return {"skipped": f"real data not found at {src}"}
+    store, qdir, feats = work / "ashare", work / "qlib", work / "alpha158"
+    ks.ingest([src], store)
+    ks.export(store, qdir, fmt="qlib")
+    exprs = {**alpha158(), **label()}
+    ks.compute_features(store, feats, sets=["alpha158"])                     # warm: imports, first call
+    ours = timed(lambda: ks.compute_features(store, feats, sets=["alpha158"], replace=True), repeat)
+    cli_s, cli_rss = run([sys.executable, "-m", "kline_store.cli", "features", str(store), "-o", str(work / "cli"),
+                          "-q"])
+    st = ks.open_store(store)
+    out = {"symbols": st.n_symbols, "days": st.n_dates, "ours_best_s": min(ours), "ours_runs_s": ours,
+           "ours_command_s": cli_s, "ours_command_peak_rss_mib": cli_rss}
+    if skip_qlib or not QLIB_PY.exists():
+        out["qlib"] = "skipped" if skip_qlib else f"Qlib's python not found at {QLIB_PY}"
+        return out
+    (work / "exprs.json").write_text(json.dumps(list(exprs.values())))
+    (work / "qlib_side.py").write_text(QLIB_SIDE)
+    t0 = time.perf_counter()
+    done = subprocess.run([str(QLIB_PY), str(work / "qlib_side.py"), str(qdir), str(work / "exprs.json"),
+                           str(repeat)], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        out["qlib"] = f"failed: {done.stderr[-400:]}"
+        return out
+    q = json.loads(done.stdout.strip().splitlines()[-1])
+    out.update(qlib_best_s=q["best_s"], qlib_runs_s=q["runs_s"], qlib_init_s=q["init_s"], qlib_command_s=wall,
+               qlib_peak_rss_mib=q["peak_rss_mib"], qlib_cells=q["cells"],
+               speedup_warm=q["best_s"] / min(ours), speedup_command=wall / cli_s)
+    return out
+
+
+def scale(work: Path, n_sym: int, n_days: int) -> dict:
+    import polars as pl
+
+    csv = work / "all.csv"
+    make_csv(csv, n_sym, n_days + 1)
+    df = pl.read_csv(csv, schema_overrides={"trade_date": pl.Int64})
+    last = df["trade_date"].max()
+    df.filter(pl.col("trade_date") < last).write_csv(work / "history.csv")
+    df.filter(pl.col("trade_date") == last).write_csv(work / "day.csv")
+    del df
+    csv.unlink()
+    exe = [sys.executable, "-m", "kline_store.cli"]
+    run(exe + ["ingest", str(work / "history.csv"), "-o", str(work / "base"), "-q"])
+    full_s, full_rss = run(exe + ["features", str(work / "base"), "-o", str(work / "feats"), "-q"])
+    out_bytes = sum(p.stat().st_blocks * 512 for p in (work / "feats").glob("data-*.f32"))
+    run(exe + ["append", str(work / "base"), str(work / "day.csv"), "-q"])
+    code = ("import time, json, kline_store as ks; t=time.perf_counter(); "
+            f"r=ks.update_features({str(work / 'feats')!r}); "
+            "print(json.dumps({'s': time.perf_counter()-t, 'mode': r.mode}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    upd = json.loads(done.stdout.strip().splitlines()[-1])
+    upd_cmd_s, upd_rss = run(exe + ["features", str(work / "feats"), "--update", "-q"])   # nothing new: start-up
+    return {"symbols": n_sym, "days": n_days, "fields": 159, "full_command_s": full_s,
+            "full_peak_rss_mib": full_rss, "output_gib": out_bytes / 2**30, "update_s": upd["s"],
+            "update_mode": upd["mode"], "update_share_of_full": upd["s"] / full_s,
+            "noop_update_command_s": upd_cmd_s}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--symbols", type=int, default=5000)
+    ap.add_argument("--days", type=int, default=2500)
+    ap.add_argument("--skip-qlib", action="store_true")
+    ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="kline-features-"))
+    try:
+        res = {"load_before": os.getloadavg()[0], "qlib_comparison": qlib_comparison(work / "q", a.repeat,
+                                                                                     a.skip_qlib)}
+        if not a.skip_scale:
+            (work / "s").mkdir()
+            res["scale"] = scale(work / "s", a.symbols, a.days)
+        res["load_after"] = os.getloadavg()[0]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    if a.json:
+        print(json.dumps(res, indent=1))
+        return
+    q = res["qlib_comparison"]
+    print(f"load {res['load_before']:.2f} -> {res['load_after']:.2f}")
+    if "ours_best_s" in q:
+        print(f"alpha158 + LABEL0, {q['symbols']} A-share symbols x {q['days']} days:")
+        print(f"  kline-store compute_features (warm process): {q['ours_best_s']:.3f} s (runs "
+              f"{', '.join(f'{t:.3f}' for t in q['ours_runs_s'])}); as a command: {q['ours_command_s']:.2f} s, "
+              f"peak RSS {q['ours_command_peak_rss_mib']:.0f} MiB")
+        if "qlib_best_s" in q:
+            print(f"  Qlib D.features (after qlib.init): {q['qlib_best_s']:.2f} s (runs "
+                  f"{', '.join(f'{t:.2f}' for t in q['qlib_runs_s'])}); as a command: {q['qlib_command_s']:.2f} s, "
+                  f"peak RSS {q['qlib_peak_rss_mib']:.0f} MiB")
+            print(f"  speed-up: {q['speedup_warm']:.0f}x warm, {q['speedup_command']:.1f}x as commands")
+        else:
+            print(f"  Qlib: {q.get('qlib')}")
+    else:
+        print(f"Qlib comparison: {q}")
+    s = res.get("scale")
+    if s:
+        print(f"scale: {s['symbols']} x {s['days']} x {s['fields']} fields ({s['output_gib']:.1f} GiB written): "
+              f"{s['full_command_s']:.1f} s, peak RSS {s['full_peak_rss_mib']:.0f} MiB; one appended day: "
+              f"update {s['update_s']:.2f} s ({s['update_mode']}), {100 * s['update_share_of_full']:.2f}% of the "
+              f"full run; a no-op update command {s['noop_update_command_s']:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
