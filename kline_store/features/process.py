@@ -164,10 +164,18 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
     meta["processing"] = {"infer": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in infer],
                           "learn": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in learn],
                           "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]),
-                          "states": {k: {n: v.tolist() for n, v in s.items()} for k, s in states.items()}}
+                          "states": {k: {n: _plain(v) for n, v in s.items()} for k, s in states.items()}}
     _write(st, out, panel, meta, replace, wait, quiet)
     return ProcessReport(out, [str(p) for p in infer], [str(p) for p in learn], (str(st.dates[lo]), str(st.dates[hi])),
                          st.n_symbols, st.n_dates, int(dropped.sum()), time.perf_counter() - t0)
+
+
+def _plain(v: torch.Tensor) -> list:
+    """A state tensor as JSON: non-finite statistics (an all-NaN column) as null."""
+    a = v.cpu().numpy()
+    if a.dtype.kind == "f":
+        return [float(x) if np.isfinite(x) else None for x in a.ravel().tolist()]
+    return a.ravel().tolist()
 
 
 def _read_panel(st: Store, shifts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -382,4 +382,9 @@ class KlineDataset(torch.utils.data.Dataset):
         p = self.plan
         label = p.label_kind if p.label_field is None else self.store.fields[p.label_field]
         return (f"KlineDataset({str(self.path)!r}, v{self.version}, {len(self)} windows, window={p.window}, "
-                f"horizon={p.horizon}, fields={self.fields}, label={label!r})")
+                f"horizon={p.horizon}, fields={_short_list(self.fields)}, label={label!r})")
+
+
+def _short_list(names: list[str], keep: int = 8) -> str:
+    """A field list for a repr: 158 feature names are a page, not a line."""
+    return str(names) if len(names) <= keep else f"[{', '.join(map(repr, names[:keep]))}, ... ({len(names)} fields)]"
