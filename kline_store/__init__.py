@@ -34,6 +34,7 @@ _LAZY = {
     "update_features": ("kline_store.features.compute", "update_features"),
     "feature_set": ("kline_store.features.sets", "feature_set"),
     "process_features": ("kline_store.features.process", "process_features"),
+    "FeatureWindows": ("kline_store.samples.feature_windows", "FeatureWindows"),
 }
 
 __all__ = ["open_store", "verify_store", "Store", "KlineStoreError", "InputError", "StoreError",

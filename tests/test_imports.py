@@ -36,6 +36,7 @@ LAYERS = {
     "feed": ["background", "sampling", "batches", "buffers", "placement", "config", "prefetch", "shm", "workers",
              "device", "chunks", "host", "loader", "collate", "__init__"],
     "samples": ["ranges", "spec", "windows", "transforms", "gather", "dataset", "cross_section", "splits",
+                "feature_windows",
                 "__init__"],
     "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
                 "__init__"],

@@ -52,3 +52,27 @@ def test_cross_sections_of_features(stores):
     cs = CrossSectionDataset(feats, window=1)
     batch = cs[len(cs) // 2]
     assert batch["x"].shape[-1] == len(EXPRS) and cs.windows.horizon == 2
+
+
+def test_features_on_the_fly_equal_the_features_store(stores, tmp_path):
+    from kline_store import FeatureWindows
+    base, _ = stores
+    exprs = {"MA5": "Mean($close, 5)/$close", "STD10": "Std($close, 10)", "CORR5": "Corr($close, $volume, 5)",
+             "IMAX5": "IdxMax($high, 5)"}
+    feats = tmp_path / "f"
+    compute_features(base, feats, sets=[], exprs=exprs, label=None)
+    fw = FeatureWindows(base, 6, exprs)
+    assert fw.extra == 9 and fw.fields == list(exprs) and fw.horizon == 1
+    stored = np.array(open_store(feats).panel)
+    idx = np.arange(0, len(fw), 7)
+    b = fw.gather_batch(idx)
+    s, t = fw.base.locate(idx)
+    for k in range(len(idx)):
+        want = stored[s[k], t[k] - 5: t[k] + 1]
+        np.testing.assert_allclose(b["x"][k].numpy(), want, rtol=1e-5, atol=1e-6)
+    batches = list(fw.loader(batch_size=16, num_workers=2))
+    assert sum(len(x["y"]) for x in batches) == len(fw) and batches[0]["x"].shape[1:] == (6, 4)
+    with pytest.raises(InputError, match="look ahead"):
+        FeatureWindows(base, 6, {"L": "Ref($close, -1)"})
+    with pytest.raises(InputError, match="whole series"):
+        FeatureWindows(base, 6, {"E": "EMA($close, 5)"})
