@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT
 
 README = (ROOT / "README.md").read_text()
-PYTHON_SECTIONS = ("The store", "Training data")   # "Keeping the GPU fed" needs CUDA and a model
+PYTHON_SECTIONS = ("The store", "Training data", "Features")   # "Keeping the GPU fed" needs CUDA and a model
 
 
 def blocks(lang: str) -> list[tuple[str, str]]:

@@ -8,7 +8,7 @@ from ..errors import InputError
 from ..progress import silenced
 
 
-@click.command(short_help="Compute factor features (Alpha158, Alpha360, expressions) into a new store.")
+@click.command(short_help="Compute Alpha158/Alpha360/expression features into a store.")
 @click.argument("store")
 @click.option("-o", "--out", type=click.Path(), help="The features store to write (not with --update).")
 @click.option("--set", "sets", multiple=True, metavar="NAME",
@@ -50,7 +50,7 @@ def features(store, out, sets, exprs, files, label, update, device, replace, wai
         click.echo("\n".join(rep.lines()))
 
 
-@click.command(short_help="Run Qlib's processors (normalisation, fill, label rank) over a features store.")
+@click.command(short_help="Normalise a features store with Qlib's processors.")
 @click.argument("store")
 @click.option("-o", "--out", required=True, type=click.Path(), help="The processed store to write.")
 @click.option("--fit-start", metavar="DATE", help="First date the fitted statistics come from (default: the first).")
