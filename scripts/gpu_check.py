@@ -237,6 +237,39 @@ def train_wait(ds: KlineDataset, args: argparse.Namespace, budget: Budget) -> No
         print(f"  {placement:<7} {step:4d} steps | {rep}", flush=True)
 
 
+def features(store: Path, tmp: Path, budget: Budget) -> None:
+    """Alpha158 + LABEL0 over the store's first 1,000 symbols, on the CPU and (when there is one) the GPU."""
+    section("features: alpha158 on the panel")
+    if not budget.allows(60, "features"):
+        return
+    import numpy as np
+
+    from kline_store import compute_features, open_store
+
+    with open_store(store, verify=False) as st:
+        n = min(1000, st.n_symbols)
+        sub = tmp / "sub"
+        from kline_store.store import create_store
+        create_store(sub, np.asarray(st.panel[:n]), st.symbols[:n], st.dates, st.fields)
+    devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    for dev in devices:
+        compute_features(sub, tmp / f"f_{dev}", sets=["alpha158"], device=dev, replace=True)   # warm
+        t0 = time.perf_counter()
+        rep = compute_features(sub, tmp / f"f_{dev}", sets=["alpha158"], device=dev, replace=True)
+        dt = time.perf_counter() - t0
+        RESULTS[f"alpha158_{dev}_s"] = dt
+        print(f"  {dev:4s}: {rep.n_symbols} symbols x {rep.n_dates} days x 159 fields in {dt:6.2f} s "
+              f"({rep.n_symbols * rep.n_dates / dt / 1e3:,.0f}k symbol-days/s)")
+    if len(devices) == 2:
+        a = np.asarray(open_store(tmp / "f_cpu").panel)
+        b = np.asarray(open_store(tmp / "f_cuda").panel)
+        close = np.isclose(a, b, rtol=1e-4, atol=1e-5) | (np.isnan(a) & np.isnan(b))
+        RESULTS["alpha158_cuda_vs_cpu_agree"] = float(close.mean())
+        print(f"  cuda vs cpu: {100 * close.mean():.4f}% of cells agree (rtol 1e-4)")
+    else:
+        skip_cuda("features on the GPU")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     budget = Budget(args.budget_s)
@@ -266,6 +299,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  {store}: {len(ds):,} windows of {args.window} x {fields}")
         loader_gather(ds, args, budget, copy_gbps)
         train_wait(ds, args, budget)
+        features(store, Path(tmp), budget)
     print(f"\ndone in {args.budget_s - budget.left():.0f}s")
     if args.json:
         print(json.dumps(RESULTS, default=float))

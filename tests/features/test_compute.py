@@ -196,3 +196,25 @@ def test_a_damaged_features_description_is_a_store_error(history, tmp_path):
     (feats / "manifest.json").write_bytes(mf.encode(m))
     with pytest.raises(StoreError, match="features.fields"):
         update_features(feats)
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA device")
+def test_the_gpu_computes_what_the_cpu_does(history, tmp_path):
+    _, frames = history
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    compute_features(base, tmp_path / "cpu", sets=["alpha158"])
+    compute_features(base, tmp_path / "gpu", sets=["alpha158"], device="cuda")
+    a, b = panel(tmp_path / "cpu"), panel(tmp_path / "gpu")
+    assert np.mean(np.isclose(a, b, rtol=1e-4, atol=1e-5) | (np.isnan(a) & np.isnan(b))) > 0.9999
+
+
+def test_cuda_without_a_gpu_is_one_line(history, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    _, frames = history
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    r = run_cli("features", str(base), "-o", str(tmp_path / "f"), "--device", "cuda")
+    assert r.returncode == 1 and "CUDA is not available" in r.stderr and not (tmp_path / "f").exists()
