@@ -18,7 +18,7 @@ ALIASES: dict[str, str] = {
     # dates: generic, tushare, baostock, czsc, zipline pipeline files, akshare (Chinese)
     "date": "date", "trade_date": "date", "datetime": "date", "dt": "date", "day": "date", "time": "date",
     "timestamp": "date", "trading_date": "date", "cal_date": "date", "日期": "date", "交易日期": "date",
-    "时间": "date",
+    "时间": "date", "trade_time": "date",
     # symbols: generic, tushare, baostock, Quandl/zipline, akshare
     "symbol": "symbol", "ts_code": "symbol", "code": "symbol", "ticker": "symbol", "instrument": "symbol",
     "sec_code": "symbol", "stock_code": "symbol", "股票代码": "symbol", "代码": "symbol", "证券代码": "symbol",
@@ -38,6 +38,10 @@ ALIASES: dict[str, str] = {
     "dividend": "dividend", "dividends": "dividend", "ex_dividend": "ex_dividend",
     "split": "split", "stock_splits": "split", "split_ratio": "split_ratio",
 }
+
+# A time-of-day column beside a date column (backtrader, MetaTrader `<DATE>,<TIME>`, tushare minute files):
+# read together as one stamp. Alone (no other date column), a "time" column is the date column, as before.
+TIME_NAMES = ("time", "trade_time", "bar_time", "time_of_day", "hhmmss")
 
 ACCEPTED = {
     "date": sorted(k for k, v in ALIASES.items() if v == "date"),
@@ -99,6 +103,9 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
     # comes earlier in the header (which is then left out, and reported).
     mapped = {col: user_map[col] for col in columns if col in user_map}
     taken: set[str] = set()
+    dated = [c for c in columns if c not in mapped and not is_index_name(c)
+             and ALIASES.get(normalise(c)) == "date" and normalise(c) not in TIME_NAMES]
+    dated += [c for c, d in mapped.items() if d == "date"]
     for col, dst in mapped.items():
         if dst in taken:
             first = next(c for c, d in mapped.items() if d == dst)
@@ -112,6 +119,8 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
             continue  # pandas index columns written by to_csv(); see readers.inspect_source for dates
         key = normalise(col)
         dst = ALIASES.get(key, key)
+        if key in TIME_NAMES and any(c != col for c in dated):
+            dst = "time"   # Date,Time: the time of day of the date column's day
         if dst in taken:
             continue
         taken.add(dst)

@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, textscan
+from . import adjust, clock, columns as C, textscan
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
 from .inputs import is_parquet, location, symbol_from_name
@@ -52,8 +52,13 @@ class Source:
         return next(s for s, d in self.mapping.items() if d == "date")
 
     @property
+    def time_column(self) -> str | None:
+        """A time-of-day column read with the date column as one stamp (clock.py), if the file has one."""
+        return next((s for s, d in self.mapping.items() if d == "time"), None)
+
+    @property
     def value_columns(self) -> dict[str, str]:
-        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date")}
+        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date", "time")}
 
     @property
     def fields(self) -> list[str]:
@@ -110,12 +115,21 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
         raise InputError(C.describe_missing("close", cols, str(path)))
+    if list(mapping.values()).count("time") > 1:
+        raise InputError(f"{path}: more than one time-of-day column: "
+                         f"{', '.join(s for s, d in mapping.items() if d == 'time')}; map one of them")
     forced = set(user_map or {})
     dropped = _unusable_types(src, schema, forced) if schema else []
     for col in dropped:
         del mapping[col]
     if src.head is None:
         src.head = _head(src)
+    tcol = src.time_column
+    if tcol is not None and src.head is not None and tcol not in forced and clock.holds_dates(src.head[tcol]):
+        # tushare's trade_time holds the whole stamp: it is the date column; the date-only one is left out
+        dropped.append(src.date_column)
+        del mapping[src.date_column]
+        mapping[tcol] = "date"
     text = _text_extras(src, forced)
     for col in text:
         del mapping[col]
@@ -165,13 +179,13 @@ def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str
         dt = schema[s]
         if d == "symbol":
             ok = dt.is_integer() or dt in (pl.String, pl.Categorical) or isinstance(dt, pl.Enum)
-        elif d == "date":
+        elif d in ("date", "time"):
             ok = dt.is_temporal() or dt.is_integer() or dt.is_float() or dt == pl.String
         else:
             ok = dt.is_numeric() or dt in (pl.String, pl.Null)
         if ok:
             continue
-        if d in ("symbol", "date") or d in C.BASE_FIELDS or s in forced:
+        if d in ("symbol", "date", "time") or d in C.BASE_FIELDS or s in forced:
             raise InputError(f"{src.path}: column {s!r} has type {dt}; {d} needs "
                              f"{'text' if d == 'symbol' else 'dates' if d == 'date' else 'numbers'}")
         out.append(s)
@@ -213,7 +227,7 @@ def _text_extras(src: Source, forced: set[str]) -> list[str]:
     Canonical fields and columns named in --map are never dropped: a bad value there is an error.
     """
     extras = [s for s, d in src.mapping.items()
-              if d not in ("symbol", "date") and d not in C.BASE_FIELDS and s not in forced]
+              if d not in ("symbol", "date", "time") and d not in C.BASE_FIELDS and s not in forced]
     head = src.head
     if not extras or head is None:
         return []
@@ -285,6 +299,8 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
+    if src.time_column is not None:
+        keep.append(pl.col(src.time_column).alias("_time_raw"))
     n = 0
     try:
         for piece in _pieces(src, chunk_bytes):
@@ -407,6 +423,9 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         return location(src.path, rows[int(i)])
 
     raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
+    if "_time_raw" in df.columns:
+        raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
+        df = df.drop("_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)
     return df.with_columns(dates).drop("_date_raw")
 
