@@ -18,7 +18,7 @@ from . import adjust, columns as C
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
-from .inputs import expand_inputs, is_parquet, location
+from .inputs import expand_inputs, is_parquet, location, shown
 from ..progress import Progress
 from .readers import Source, inspect_source, iter_chunks
 from .validate import Problem, merge_problems, quality_problems
@@ -74,7 +74,7 @@ class Bars:
 
     def where(self, i: int) -> str:
         f = self.files[int(self.file[i])]
-        return f"{f} {location(f, self.row[i])}"
+        return f"{shown(f)} {location(f, self.row[i])}"
 
     def present_mask(self, sym: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """[n_sym, n_dates] bool of bars; raises InputError naming a duplicated (symbol, date) bar."""
@@ -239,9 +239,9 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         p = problems[0]
         raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
     col = sink.columns()
-    srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
+    srcs = [{"path": shown(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
              "rows": r} for s, r in zip(sources, rows_per_file)]
-    dropped = {str(s.path): s.dropped for s in sources if s.dropped}
+    dropped = {shown(s.path): s.dropped for s in sources if s.dropped}
     return Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
 

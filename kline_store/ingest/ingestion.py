@@ -16,13 +16,13 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P, qlib_store as Q
+from . import adjust, columns as C, frames as FR, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
 from ..errors import InputError, StoreError
-from .inputs import as_input_list, expand_inputs
+from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .readers import WHOLE_FILE
 from .report import IngestReport
 from ..store.snapshot import STAGING
@@ -32,8 +32,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
-           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None
-           ) -> IngestReport:
+           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
+           symbol: str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -59,14 +59,23 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
         instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
             default, "csi300", ...) or of a file in that format.
+        symbol: the symbol of a single input (a file or a DataFrame) that has no symbol column.
+
+    ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
+    (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
 
     Returns:
         IngestReport with counts and the problems found.
     """
     t0 = time.perf_counter()
-    inputs = as_input_list(inputs)
     if not isinstance(out, (str, os.PathLike)):
-        raise InputError(f"out={out!r}: expected a store directory path")
+        raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
+    if FR.is_frame(inputs):
+        kw = dict(calendar=calendar, user_map=user_map, map=map, strict=strict, quiet=quiet, capacity=capacity,
+                  wait=wait, replace=replace, freq=freq, sessions=sessions, stamp=stamp, symbol=symbol)
+        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
+            return ingest([path], out, **kw)
+    inputs = as_input_list(inputs)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
@@ -77,6 +86,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
     files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    if symbol is not None:
+        symbol_pattern = fixed_symbol(symbol, files, symbol_pattern)
     with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
         has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
         if has_store and not replace:

@@ -18,6 +18,29 @@ CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 
 
+class FixedSymbol(str):
+    """``--symbol NAME`` (``symbol=``): the symbol of a single input without a symbol column, whatever its name."""
+
+
+def fixed_symbol(symbol: object, files: list[Path], pattern: str | None) -> FixedSymbol:
+    """``symbol=`` / ``--symbol NAME``: the symbol of one input file, instead of its name."""
+    if not isinstance(symbol, str) or not symbol.strip():
+        raise InputError(f"symbol: expected a non-empty name, got {type(symbol).__name__}")
+    if pattern:
+        raise InputError("--symbol and --symbol-pattern: give one of them")
+    if len(files) != 1:
+        raise InputError(f"--symbol {symbol}: names the symbol of one input; {len(files)} files given "
+                         f"(use --symbol-pattern, or a symbol column)")
+    return FixedSymbol(symbol.strip())
+
+
+def shown(p: Path | str) -> str:
+    """A file as messages and the manifest name it: a DataFrame's temporary file (ingest/frames.py) is
+    "DataFrame"."""
+    p = Path(p)
+    return "DataFrame" if p.name == "DataFrame.parquet" and p.parent.name.startswith("kline-frame-") else str(p)
+
+
 def is_parquet(p: Path) -> bool:
     return p.name.lower().endswith(PARQUET_SUFFIXES)
 
@@ -101,6 +124,8 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
 def symbol_from_name(p: Path, pattern: str | None = None) -> str:
     """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
     what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
+    if isinstance(pattern, FixedSymbol):
+        return str(pattern)
     name = p.name
     for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
         if name.lower().endswith(suffix):

@@ -22,7 +22,7 @@ import polars as pl
 from . import adjust, clock, columns as C, textscan
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
-from .inputs import is_parquet, location, symbol_from_name
+from .inputs import FixedSymbol, is_parquet, location, symbol_from_name
 
 CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
 WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
@@ -109,6 +109,9 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         if found is not None:
             src.mapping = mapping = {found: "date", **mapping}
     canon = set(mapping.values())
+    if isinstance(symbol_pattern, FixedSymbol) and src.symbol_column:
+        raise InputError(f"{path}: symbol {str(symbol_pattern)!r} given, but the input has a symbol column "
+                         f"{src.symbol_column!r}; leave the symbol out")
     if not src.symbol_column:
         symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
     if "date" not in canon:

@@ -26,12 +26,12 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P
+from . import adjust, columns as C, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars
 from ..errors import InputError, StoreError
-from .inputs import as_input_list
+from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .report import IngestReport
 from ..store.snapshot import Store, open_store
 
@@ -56,7 +56,8 @@ class Plan:
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
-           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None) -> IngestReport:
+           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
+           symbol: str | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -66,15 +67,26 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         strict: data-quality warnings become errors.
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
+        symbol: the symbol of a single input without a symbol column (``--symbol``).
+
+    ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     t0 = time.perf_counter()
+    if FR.is_frame(inputs):
+        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
+            return append(store, [path], map=map, user_map=user_map, strict=strict, dry_run=dry_run, wait=wait,
+                          quiet=quiet, symbol=symbol)
+    if not isinstance(store, (str, os.PathLike)):
+        raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
+    if symbol is not None:
+        symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
     bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
                      symbol_pattern=symbol_pattern)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
