@@ -43,6 +43,7 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
+@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
 @click.option("--instruments", metavar="all|MARKET|FILE",
               help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
@@ -51,14 +52,14 @@ def cli() -> None:
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, instruments, wait, freq, sessions, stamp,
-           quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, instruments, wait, freq, sessions,
+           stamp, quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments)
+              instruments=instruments, symbol=symbol)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -70,14 +71,15 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, inst
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
+@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
         rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern)
+                  symbol_pattern=symbol_pattern, symbol=symbol)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -142,13 +144,17 @@ def verify(store, quiet) -> None:
               help="Output .parquet or .csv file, or the directory to create with --format qlib.")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "qlib"]),
               help="Default: from the suffix of OUT. qlib: a Qlib provider directory (day bars).")
+@click.option("--symbols", metavar="A,B,...", help="Only these symbols (comma-separated).")
+@click.option("--start", metavar="DATE", help="From the first bar of DATE (2012, 2012-03 or 2012-03-05).")
+@click.option("--end", metavar="DATE", help="To the last bar of DATE (--end 2012: all of 2012).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress.")
-def export(store, out, fmt, quiet) -> None:
+def export(store, out, fmt, symbols, start, end, quiet) -> None:
     """Write STORE in long format (symbol, date, fields), one row per bar; or, with --format qlib, as a
     Qlib provider directory that qlib.init(provider_uri=OUT) reads."""
     from ..ingest.exporter import export as run
+    picked = [s.strip() for s in symbols.split(",") if s.strip()] if symbols else None
     with silenced(quiet):
-        n = run(store, out, fmt=fmt)
+        n = run(store, out, fmt=fmt, symbols=picked, start=start, end=end)
     click.echo(f"wrote {n} rows to {out}" if fmt != "qlib" else
                f"wrote {n} symbols to the Qlib provider directory {out}: qlib.init(provider_uri={str(out)!r})")
 

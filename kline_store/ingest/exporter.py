@@ -40,13 +40,18 @@ def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFr
     return pl.concat(frames)
 
 
-def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> int:
+def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None, *,
+           symbols: list[str] | None = None, start: object = None, end: object = None) -> int:
     """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows.
 
     ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
-    returns the number of symbols written then.
+    returns the number of symbols written then. ``symbols``, ``start``, ``end``: a selection (long formats;
+    partial dates as in pandas, see ``Store.to_polars``).
     """
+    selection = symbols is not None or start is not None or end is not None
     if fmt == "qlib":
+        if selection:
+            raise InputError("--symbols/--start/--end: not with --format qlib (it writes the whole store)")
         return export_provider(path, out).symbols
     out = Path(out)
     suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())
@@ -54,7 +59,11 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
         raise InputError(f"{out}: unknown export format (use .parquet or .csv, or --format qlib for a directory)")
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
-    df = to_frame(path)
+    if selection:
+        with open_store(path) as st:
+            df = st.to_polars(symbols, start, end)
+    else:
+        df = to_frame(path)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".csv":

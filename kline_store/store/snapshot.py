@@ -13,10 +13,11 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs, timeaxis as TA
+from . import frames, lock, manifest as mf, safefs, timeaxis as TA
 from ..errors import InputError, StoreError
 from ..progress import track
 
@@ -117,6 +118,18 @@ class Store:
             return self.symbols.index(symbol)
         except ValueError:
             raise InputError(f"{self.path}: no symbol {symbol!r}") from None
+
+    def to_polars(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
+                  fields: Sequence[str] | str | None = None, wide: bool = False):
+        """The store (or a selection) as a polars DataFrame: long format, one row per bar (``symbol``, ``date``
+        or ``time``, fields), sorted by symbol and date; ``wide=True``: one field as date x symbol. ``start`` and
+        ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). See store/frames.py."""
+        return frames.to_polars(self, symbols, start, end, fields, wide)
+
+    def to_pandas(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
+                  fields: Sequence[str] | str | None = None, wide: bool = False):
+        """As :meth:`to_polars`, a pandas DataFrame (``wide=True``: indexed by date, one column per symbol)."""
+        return frames.to_pandas(self, symbols, start, end, fields, wide)
 
     @property
     def logical_bytes(self) -> int:
