@@ -44,6 +44,9 @@ def cli() -> None:
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
 @click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
+@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
+@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--instruments", metavar="all|MARKET|FILE",
               help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
@@ -52,14 +55,14 @@ def cli() -> None:
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, instruments, wait, freq, sessions,
-           stamp, quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, na, skip_bad, exclude, instruments,
+           wait, freq, sessions, stamp, quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments, symbol=symbol)
+              instruments=instruments, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -72,14 +75,17 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symb
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
 @click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
+@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
+@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, skip_bad, exclude, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
         rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern, symbol=symbol)
+                  symbol_pattern=symbol_pattern, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

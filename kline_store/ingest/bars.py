@@ -47,6 +47,7 @@ class Bars:
     skipped_empty: int = 0                # rows whose prices are all missing: no bar
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
     intraday: bool = False                # some file carries more than one time of day
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why) left out
 
     def __len__(self) -> int:
         return len(self.sym)
@@ -55,7 +56,7 @@ class Bars:
         """The same bars filtered by a boolean mask."""
         return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
-                    self.skipped_empty, self.dropped_columns, self.intraday)
+                    self.skipped_empty, self.dropped_columns, self.intraday, self.skipped)
 
     def keys(self, unit: str) -> np.ndarray:
         """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
@@ -195,14 +196,29 @@ def input_fields(sources: list[Source]) -> list[str]:
 
 def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
               strict: bool = False, quiet: bool = True, spill: Path | None = None,
-              symbol_pattern: str | None = None) -> Bars:
+              symbol_pattern: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+              exclude: Sequence[str] = ()) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
         spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+        na: cell values that mean "missing" besides the usual ones (``--na``).
+        skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
+            ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
+        exclude: glob patterns of files to leave out (``--exclude``).
     """
-    files = expand_inputs(list(inputs))
-    sources = [inspect_source(f, user_map, symbol_pattern) for f in files]   # all headers before any row
+    files = expand_inputs(list(inputs), exclude)
+    sources, skipped = [], []
+    for f in files:   # all headers before any row
+        try:
+            sources.append(inspect_source(f, user_map, symbol_pattern, tuple(na)))
+        except InputError as exc:
+            if not skip_bad:
+                raise
+            skipped.append((shown(f), _reason(exc, f)))
+    if not sources:
+        raise InputError(f"no input file holds bars; skipped {len(skipped)}: {skipped[0][0]}: {skipped[0][1]}")
+    files = [s.path for s in sources]
     unused = set(user_map or {}) - {c for s in sources for c in s.columns}
     if unused:
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
@@ -214,11 +230,12 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
                     scale=True)
     rows_per_file = []
+    failed: set[int] = set()
     try:
         for i, src in enumerate(sources):
             rows = 0
             prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
-            for df in iter_chunks(src):
+            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i):
                 rows += df.height
                 empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
                 if empty.any():
@@ -240,10 +257,38 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
     col = sink.columns()
     srcs = [{"path": shown(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
-             "rows": r} for s, r in zip(sources, rows_per_file)]
+             "rows": r} for i, (s, r) in enumerate(zip(sources, rows_per_file)) if i not in failed]
     dropped = {shown(s.path): s.dropped for s in sources if s.dropped}
-    return Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
+    bars = Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
+    bars.skipped = skipped
+    return bars
+
+
+def _reason(exc: InputError, path: Path) -> str:
+    """An error about ``path`` without the path in front: the reason it was skipped."""
+    text = str(exc)
+    for p in (str(path), shown(path)):
+        if text.startswith(p + ": "):
+            return text[len(p) + 2:]
+    return text
+
+
+def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int):
+    """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
+    it = iter_chunks(src)
+    try:
+        first = next(it)
+    except StopIteration:
+        return
+    except InputError as exc:
+        if not skip_bad:
+            raise
+        skipped.append((shown(src.path), _reason(exc, src.path)))
+        failed.add(i)
+        return
+    yield first
+    yield from it
 
 
 def _size(p: Path) -> int:

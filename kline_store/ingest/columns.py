@@ -140,7 +140,20 @@ def preview(names: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(names):,} in all)" if len(names) > limit else "")
 
 
+def not_bars(columns: list[str]) -> str | None:
+    """What a file without a close column holds instead of bars, when its columns say so: quotes or ticks."""
+    keys = {normalise(c) for c in columns}
+    if keys & {"bid", "ask", "bid_price", "ask_price", "bidprice", "askprice", "best_bid", "best_ask"}:
+        return "bid/ask quotes, not bars"
+    if keys & {"price", "last", "last_price", "trade_price", "lastprice"} and not keys & {"open", "high", "low"}:
+        return "ticks (one price per trade), not bars"
+    return None
+
+
 def describe_missing(kind: str, columns: list[str], source: str) -> str:
     found = preview(columns) if columns else "(none)"
+    instead = not_bars(columns) if kind == "close" else None
+    if instead:
+        return f"{source}: {instead} (no close column; columns found: {found}); --skip-bad leaves such files out"
     return (f"{source}: no {kind} column; columns found: {found}; accepted {kind} names: "
             f"{', '.join(ACCEPTED[kind])} (or pass --map COLUMN={kind})")

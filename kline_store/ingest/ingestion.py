@@ -33,7 +33,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
-           symbol: str | None = None) -> IngestReport:
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           exclude: Sequence[str] = ()) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -60,6 +61,11 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
             default, "csi300", ...) or of a file in that format.
         symbol: the symbol of a single input (a file or a DataFrame) that has no symbol column.
+        na: cell values that mean "missing" besides ``null``, ``NA``, ``N/A``, ``-``, ``--``, ``NaN`` and empty
+            cells (FRED's ``.``, ``#N/A``, ...).
+        skip_bad: leave out input files that are not bars (ticks, quotes, no date or close) and list them in the
+            report, instead of stopping at the first.
+        exclude: glob patterns of files to leave out of folders and globs (``*tick*``).
 
     ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
     (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
@@ -72,7 +78,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
     if FR.is_frame(inputs):
         kw = dict(calendar=calendar, user_map=user_map, map=map, strict=strict, quiet=quiet, capacity=capacity,
-                  wait=wait, replace=replace, freq=freq, sessions=sessions, stamp=stamp, symbol=symbol)
+                  wait=wait, replace=replace, freq=freq, sessions=sessions, stamp=stamp, symbol=symbol, na=na)
         with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
             return ingest([path], out, **kw)
     inputs = as_input_list(inputs)
@@ -85,7 +91,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     if qlib is not None and (sessions or stamp or (freq and TA.parse_freq(freq) != TA.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
-    files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    files = [] if qlib else expand_inputs(list(inputs), exclude)   # folders and globs walked once, before the lock
     if symbol is not None:
         symbol_pattern = fixed_symbol(symbol, files, symbol_pattern)
     with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
@@ -103,7 +109,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                 built = Q.build_store(qlib, out, capacity)
             else:
                 result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                                (freq, sessions, stamp))
+                                (freq, sessions, stamp), dict(na=tuple(na or ()), skip_bad=skip_bad))
         except BaseException:
             _clean_failure(out, held, first=not has_store)
             raise
@@ -114,7 +120,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"))
+                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"),
+                        skipped_files=bars.skipped)
 
 
 def _only_leftovers(folder: Path) -> bool:
@@ -153,13 +160,14 @@ def _clean_failure(out: Path, held: lock.WriterLock, first: bool) -> None:
 
 
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
-           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple):
+           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple, read: dict | None = None):
     """The whole ingest under the writer lock (held by the caller)."""
     # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in files) > WHOLE_FILE
     spill = W.staging_dir(out) / "bars.spill" if big else None
-    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern)
+    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern,
+                     **(read or {}))
     axis = choose_axis(bars, *axis_args)
     keys = bars.keys(axis.unit)
     cal = build_calendar(keys, axis, calendar)

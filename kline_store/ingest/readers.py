@@ -19,7 +19,7 @@ from typing import Iterator
 import numpy as np
 import polars as pl
 
-from . import adjust, clock, columns as C, textscan
+from . import adjust, clock, columns as C, packed, textscan
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
 from .inputs import FixedSymbol, is_parquet, location, symbol_from_name
@@ -42,6 +42,7 @@ class Source:
     dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
     symbol_pattern: str | None = None                    # regex for the symbol in the file name
     head: pl.DataFrame | None = None                     # first rows as text (see _head)
+    na: tuple[str, ...] = ()                             # --na: the vendor's own missing-value markers
 
     @property
     def symbol_column(self) -> str | None:
@@ -75,8 +76,8 @@ def _sniff_separator(first_line: str) -> str:
     return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
-def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None
-                   ) -> Source:
+def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None,
+                   na: tuple[str, ...] = ()) -> Source:
     """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
     schema: dict[str, pl.DataType] = {}
     try:
@@ -88,7 +89,8 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
-            enc, data = textscan.detect_encoding(path)
+            unpacked = packed.read(path)   # .csv.gz, .csv.zst, a .zip of one CSV: decompressed in memory
+            enc, data = unpacked if unpacked is not None else textscan.detect_encoding(path)
             text = _first_line(path, data).decode("utf-8", "replace")
             first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
             if not first.strip():
@@ -100,7 +102,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
     mapping = C.resolve_columns(cols, user_map)
-    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern)
+    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na))
     unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
     if "date" not in mapping.values() and unnamed:
         # pandas writes its index unnamed: to_csv() as the first column, to_parquet() as __index_level_0__
@@ -268,7 +270,8 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
         # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
         # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES if text_only else None, glob=False)
+                         null_values=C.NULL_VALUES + list(src.na) if text_only else (list(src.na) or None),
+                         glob=False)
     return lf.with_row_index("_row", offset=row_offset)
 
 
@@ -466,6 +469,9 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
             bad = parsed.is_null() & col.is_not_null()
             if bad.any():
                 i = bad.arg_max()
+                cell = str(col[i]).strip()
+                hint = (f" (a missing-value marker? pass --na {cell!r})"
+                        if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
                 raise InputError(f"{src.where(df['_row'][i])}: column {C.short(s)}: non-numeric value "
-                                 f"{C.short(col[i])}")
+                                 f"{C.short(col[i])}{hint}")
     return df

@@ -27,6 +27,7 @@ class IngestReport:
     seconds: float
     extra: dict = field(default_factory=dict)
     freq: str = "1d"
+    skipped_files: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why)
 
     def lines(self) -> list[str]:
         what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
@@ -41,6 +42,11 @@ class IngestReport:
         for f, cols in list(self.dropped_columns.items())[:3]:
             out.append(f"ignored column(s) {', '.join(cols[:8])}{' ...' if len(cols) > 8 else ''} in {f} "
                        f"(text, another type, or a second column for a field)")
+        if self.skipped_files:
+            out.append(f"skipped {len(self.skipped_files)} file(s) that are not bars (--skip-bad):")
+            out.extend(f"  {f}: {why}" for f, why in self.skipped_files[:20])
+            if len(self.skipped_files) > 20:
+                out.append(f"  ... and {len(self.skipped_files) - 20} more")
         out.extend(("warning " + p.line()) for p in self.problems)
         if not self.problems:
             out.append("problems: none")

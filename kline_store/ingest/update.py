@@ -57,7 +57,8 @@ class Plan:
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
-           symbol: str | None = None) -> IngestReport:
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           exclude: Sequence[str] = ()) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -68,6 +69,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
         symbol: the symbol of a single input without a symbol column (``--symbol``).
+        na, skip_bad, exclude: as for ``ingest``.
 
     ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
 
@@ -78,7 +80,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     if FR.is_frame(inputs):
         with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
             return append(store, [path], map=map, user_map=user_map, strict=strict, dry_run=dry_run, wait=wait,
-                          quiet=quiet, symbol=symbol)
+                          quiet=quiet, symbol=symbol, na=na)
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
@@ -88,7 +90,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     if symbol is not None:
         symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
     bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                     symbol_pattern=symbol_pattern)
+                     symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad, exclude=tuple(exclude or ()))
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars)
@@ -127,7 +129,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq)
+                        freq=freq, skipped_files=bars.skipped)
 
 
 def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
