@@ -106,7 +106,7 @@ def info(store, as_json) -> None:
     bars = "dates" if d["freq"] == "1d" else "times"
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
-               f"freq     {d['freq']} ({d['timezone']}{sessions})\n"
+               f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
                f"shape    {d['n_symbols']} symbols x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
                f"{d['bytes'] / 2**20:.1f} MiB\n"
                f"{bars:<8} {d['start']} .. {d['end']}\n"

@@ -348,6 +348,7 @@ class Axis:
 
     freq: str
     sessions: SE.Sessions | None = None
+    bar: str = "1d"          # a daily axis's bar: "1d", "1w" or "1mo" (barsize.py)
 
     @property
     def unit(self) -> str:
@@ -356,12 +357,14 @@ class Axis:
     def manifest(self) -> dict:
         """The manifest's record of the axis."""
         return {"freq": self.freq, "timezone": "exchange-local, naive",
-                "sessions": self.sessions.as_dict() if self.sessions else None}
+                "sessions": self.sessions.as_dict() if self.sessions else None,
+                **({"bar": self.bar} if self.freq == TA.DAILY else {})}
 
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
-        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None)
+        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
+                   manifest.get("bar", "1d"))
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None

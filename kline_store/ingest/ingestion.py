@@ -16,7 +16,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, frames as FR, panel as P, qlib_store as Q
+import dataclasses
+
+from . import adjust, barsize, columns as C, frames as FR, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -88,7 +90,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
     qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
-    if qlib is not None and (sessions or stamp or (freq and TA.parse_freq(freq) != TA.DAILY)):
+    if qlib is not None and (sessions or stamp or (freq and (barsize.parse(freq) or TA.parse_freq(freq)) != TA.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
     files = [] if qlib else expand_inputs(list(inputs), exclude)   # folders and globs walked once, before the lock
@@ -120,7 +122,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"),
+                        bars.dropped_columns, time.perf_counter() - t0,
+                        freq=result[-1].get("bar") or result[-1].get("freq", "1d"),
                         skipped_files=bars.skipped)
 
 
@@ -168,7 +171,14 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     spill = W.staging_dir(out) / "bars.spill" if big else None
     bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern,
                      **(read or {}))
-    axis = choose_axis(bars, *axis_args)
+    freq, sessions, stamp = axis_args
+    long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
+    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp)
+    if axis.freq == TA.DAILY:
+        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
+    elif long_bar:
+        raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
+                         f"resample to 1d and to {long_bar}")
     keys = bars.keys(axis.unit)
     cal = build_calendar(keys, axis, calendar)
     pos = calendar_positions(keys, cal, bars, axis.unit).astype(np.int32)

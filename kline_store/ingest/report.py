@@ -8,6 +8,11 @@ from pathlib import Path
 from .validate import Problem
 
 
+def _unit(freq: str) -> str:
+    """What a store's calendar entries are, for the summary: dates, weekly bar dates, 5min bar times."""
+    return {"1d": "dates", "1w": "weekly bar dates", "1mo": "monthly bar dates"}.get(freq, f"{freq} bar times")
+
+
 @dataclass
 class IngestReport:
     """Counts, the problems found and, for an append, what it changed (``extra``)."""
@@ -33,7 +38,7 @@ class IngestReport:
         what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
         out = [f"store {self.store} (version {self.version}): {what} {self.n_bars} bars from {self.n_files} file(s) "
                f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} "
-               f"{'dates' if self.freq == '1d' else self.freq + ' bar times'} {self.start}..{self.end}, "
+               f"{_unit(self.freq)} {self.start}..{self.end}, "
                f"fields {' '.join(self.fields)}"]
         for k, v in self.extra.items():
             out.append(f"{k}: {v}")

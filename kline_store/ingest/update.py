@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, frames as FR, panel as P
+from . import adjust, barsize, columns as C, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars
@@ -91,11 +91,12 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
     bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
                      symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad, exclude=tuple(exclude or ()))
+    barsize.check_append(mf.read_manifest(store_dir), bars, store_dir)   # weekly bars into a daily store: no
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars)
             version = old.version
-            freq = old.freq
+            freq = old.manifest.get("bar") or old.freq
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
@@ -112,7 +113,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             if plan.mode != "none":
                 W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
-            freq = committed.get("freq", "1d")
+            freq = committed.get("bar") or committed.get("freq", "1d")
     cal = TA.stamps(plan.calendar, plan.unit)
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {

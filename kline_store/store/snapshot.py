@@ -36,6 +36,7 @@ class Store:
         self.symbols: list[str] = list(m["symbols"])
         self.fields: list[str] = list(m["fields"])
         self.freq: str = m.get("freq", TA.DAILY)   # "1d", or the bar size of an intraday store ("1min")
+        self.bar: str = m.get("bar") or self.freq    # how long a bar is: "1w"/"1mo" on a daily axis, else freq
         self.dates: np.ndarray = np.array(m["calendar"], dtype=f"datetime64[{TA.unit(self.freq)}]")
         shape = m["shape"]
         self.n_symbols, self.n_dates, self.n_fields = shape["n_symbols"], shape["n_dates"], shape["n_fields"]
@@ -157,7 +158,7 @@ class Store:
             "n_bars": m.get("n_bars"), "shape": [self.n_symbols, self.n_dates, self.n_fields],
             "dtype": "float32", "data_file": self.data_file.name, "bytes": self.logical_bytes,
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
-            "freq": self.freq, "timezone": m.get("timezone", "exchange-local, naive"),
+            "freq": self.freq, "bar": self.bar, "timezone": m.get("timezone", "exchange-local, naive"),
             "sessions": m.get("sessions"),
         }
 
