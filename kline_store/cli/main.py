@@ -32,7 +32,21 @@ def _fail(msg: str, code: int = 1) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kline-store")
 def cli() -> None:
-    """Daily K-line files -> memory-mapped float32 store -> fast, leakage-safe training batches."""
+    """K-line (OHLCV bar) files -> memory-mapped float32 store -> fast, leakage-safe training batches.
+
+    Daily, weekly, monthly or intraday bars; CSV (also .csv.gz, .csv.zst, .zip), Parquet or a Qlib directory."""
+
+
+def _check_freq(ctx, param, value):
+    """--freq checked before anything runs: a bad size is a usage error (exit 2)."""
+    if value is None:
+        return value
+    from ..ingest.barsize import parse
+    from ..store.timeaxis import parse_freq
+    try:
+        return parse(value) or parse_freq(value)
+    except KlineStoreError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1] + "; or 1w, 1mo") from None
 
 
 @cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
@@ -50,7 +64,8 @@ def cli() -> None:
 @click.option("--instruments", metavar="all|MARKET|FILE",
               help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
-@click.option("--freq", metavar="SIZE", help="Bar size: 1d, 1min, 5min, 15min, 30min, 60min, ... (default: detected).")
+@click.option("--freq", metavar="SIZE", callback=_check_freq,
+              help="Bar size: 1min, 5min, ..., 60min, 1h, 1d, 1w, 1mo (default: detected).")
 @click.option("--sessions", metavar="NAME|FILE",
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
@@ -93,11 +108,20 @@ def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, 
 @cli.command(short_help="Shape, fields, symbols and dates of STORE.")
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def info(store, as_json) -> None:
+@click.option("--symbols", "per_symbol", is_flag=True, help="Each symbol's first and last bar and its number of bars.")
+def info(store, as_json, per_symbol) -> None:
     """Shape, fields, symbols and date range of STORE."""
     from ..store.snapshot import open_store
     with open_store(store, verify=False) as st:
         d = st.info()
+        rows = st.symbol_summary() if per_symbol else None
+    if rows is not None and as_json:
+        d["per_symbol"] = rows
+    elif rows is not None:
+        click.echo(f"{'symbol':<16} {'first':<19} {'last':<19} {'bars':>8}")
+        for r in rows:
+            click.echo(f"{r['symbol']:<16} {r['first'] or '-':<19} {r['last'] or '-':<19} {r['bars']:>8}")
+        return
     if as_json:
         click.echo(json.dumps(d, ensure_ascii=False, indent=1))
         return
@@ -107,7 +131,7 @@ def info(store, as_json) -> None:
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
-               f"shape    {d['n_symbols']} symbols x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
+               f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
                f"{d['bytes'] / 2**20:.1f} MiB\n"
                f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
@@ -118,7 +142,8 @@ def info(store, as_json) -> None:
 @cli.command(short_help="Write a coarser store from an intraday STORE.")
 @click.argument("store")
 @click.option("-o", "--out", required=True, type=click.Path(), help="The coarser store to write.")
-@click.option("--freq", required=True, metavar="SIZE", help="Bar size: 5min, 15min, 30min, 60min, ... or 1d.")
+@click.option("--freq", required=True, metavar="SIZE", callback=_check_freq,
+              help="Bar size: 5min, 15min, 30min, 60min, ..., 1d; 1w or 1mo from a daily store.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
 def resample(store, out, freq, replace, wait) -> None:

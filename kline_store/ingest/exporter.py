@@ -57,6 +57,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())
     if suffix not in (".parquet", ".pq", ".csv"):
         raise InputError(f"{out}: unknown export format (use .parquet or .csv, or --format qlib for a directory)")
+    _make_folder(out.parent)   # export into a new nested folder
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
     if selection:
@@ -67,7 +68,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".csv":
-            df.write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
+            _whole_numbers(df).write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
         else:
             df.write_parquet(tmp)
         os.replace(tmp, out)
@@ -78,3 +79,28 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
         tmp.unlink(missing_ok=True)
         raise
     return df.height
+
+
+def _make_folder(folder: Path) -> None:
+    """The export's folder, made with its parents when missing; one line when it cannot be."""
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot make the export's folder ({exc.strerror or exc})") from None
+
+
+def _whole_numbers(df: pl.DataFrame) -> pl.DataFrame:
+    """CSV text as a person wrote it: a value column whose every value is a whole number (volumes, counts) is
+    written without ``.0`` (``936660000``, not ``936660000.0``); it reads back as the same float32."""
+    out = []
+    for c, dt in df.schema.items():
+        if dt.is_float():
+            col = df[c].fill_nan(None)
+            vals = col.drop_nulls()
+            if vals.len() and bool((vals == vals.round(0)).all()) and float(vals.abs().max()) < 2 ** 53:
+                out.append(col.cast(pl.Int64))
+                continue
+        out.append(df[c])
+    return pl.DataFrame(out)

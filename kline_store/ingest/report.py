@@ -37,7 +37,7 @@ class IngestReport:
     def lines(self) -> list[str]:
         what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
         out = [f"store {self.store} (version {self.version}): {what} {self.n_bars} bars from {self.n_files} file(s) "
-               f"in {self.seconds:.2f}s; {self.n_symbols} symbols, {self.n_dates} "
+               f"in {self.seconds:.2f}s; {self.n_symbols} symbol{'' if self.n_symbols == 1 else 's'}, {self.n_dates} "
                f"{_unit(self.freq)} {self.start}..{self.end}, "
                f"fields {' '.join(self.fields)}"]
         for k, v in self.extra.items():

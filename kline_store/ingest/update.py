@@ -127,6 +127,9 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
             ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
     }
+    if plan.new_symbols and symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
+        extra["new symbols"] += (", named after the input file name(s): to add the bars to a stored symbol, pass "
+                                 "--symbol NAME (symbol=) for one file, or --symbol-pattern")
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,

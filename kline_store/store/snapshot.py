@@ -120,6 +120,16 @@ class Store:
         except ValueError:
             raise InputError(f"{self.path}: no symbol {symbol!r}") from None
 
+    def symbol_summary(self) -> list[dict]:
+        """Per symbol: its first and last bar (ISO text, None without bars) and its number of bars."""
+        counts = np.zeros(self.n_symbols, dtype=np.int64)
+        step = max(1, (64 << 20) // max(1, self.n_dates * self.n_fields * 4))
+        for lo in range(0, self.n_symbols, step):
+            counts[lo: lo + step] = np.isfinite(self.panel[lo: lo + step]).any(axis=2).sum(axis=1)
+        iso = TA.iso(self.dates)
+        return [{"symbol": s, "first": iso[f] if f >= 0 else None, "last": iso[la] if la >= 0 else None,
+                 "bars": int(c)} for s, f, la, c in zip(self.symbols, self.first_bar, self.last_bar, counts)]
+
     def to_polars(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
                   fields: Sequence[str] | str | None = None, wide: bool = False):
         """The store (or a selection) as a polars DataFrame: long format, one row per bar (``symbol``, ``date``
