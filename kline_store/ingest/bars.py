@@ -20,10 +20,12 @@ from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
 from ..progress import Progress
-from .readers import Source, inspect_source, iter_chunks
+from .readers import CHUNK_BYTES, Source, inspect_source, iter_chunks
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
+PIECES_FROM = 64 << 20   # a CSV above this size is parsed in pieces of PIECE_BYTES, so the reading bar moves
+PIECE_BYTES = CHUNK_BYTES
 
 
 @dataclass
@@ -235,7 +237,8 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         for i, src in enumerate(sources):
             rows = 0
             prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
-            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i):
+            share = _Share(prog, src.path)
+            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
                 rows += df.height
                 empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
                 if empty.any():
@@ -246,7 +249,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                 sink.add(adjust.clean(df), i, src.path)
                 prog.step(0, note=f"{src.path.name}: {rows:,} rows")
             rows_per_file.append(rows)
-            prog.step(_size(src.path), note=src.path.name)
+            share.finish()
     finally:
         prog.close()
         sink.close()
@@ -274,9 +277,25 @@ def _reason(exc: InputError, path: Path) -> str:
     return text
 
 
-def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int):
+class _Share:
+    """A file's share of the reading phase: the bytes of its pieces as they are parsed."""
+
+    def __init__(self, prog: Progress, path: Path) -> None:
+        self.prog, self.path, self.size, self.done = prog, path, _size(path), 0
+
+    def __call__(self, share: float) -> None:
+        n = int(self.size * share) - self.done
+        if n > 0:
+            self.prog.step(n)
+            self.done += n
+
+    def finish(self) -> None:
+        self(1.0)
+
+
+def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None):
     """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
-    it = iter_chunks(src)
+    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM)
     try:
         first = next(it)
     except StopIteration:

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import polars as pl
@@ -292,13 +292,17 @@ def read_source(src: Source) -> pl.DataFrame:
     return chunks[0] if len(chunks) == 1 else pl.concat(chunks)
 
 
-def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
+def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[float], None] | None = None,
+                whole: int | None = None) -> Iterator[pl.DataFrame]:
     """The rows of one file, normalised, in chunks of bounded size (one chunk for small files).
 
     Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
     Fast path: a typed polars parse of each chunk of whole lines (big CSVs are cut at line ends, each piece
     parsed with the header in front). Only if it fails is the file re-read as text to find the offending
     cell, so errors name file, line, column and value.
+
+    ``done``: called with the share of the file parsed so far (0..1) after each piece, for progress;
+    ``whole``: files up to this many bytes are parsed in one piece (a smaller value makes progress move).
     """
     symbol = symbol_from_name(src.path, src.symbol_pattern)
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
@@ -309,7 +313,7 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
         keep.append(pl.col(src.time_column).alias("_time_raw"))
     n = 0
     try:
-        for piece in _pieces(src, chunk_bytes):
+        for piece, share in _pieces(src, chunk_bytes, whole):
             # Every column parsed, no projection: polars then rejects a line with more fields than the header
             # (textscan's count relies on it); the select runs on the frame in memory.
             parsed = _scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n).collect()
@@ -319,6 +323,8 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
             if df.height:
                 n += df.height
                 yield _finish_chunk(df, src)
+            if done is not None:
+                done(share)
     except pl.exceptions.PolarsError:
         if n:
             raise _explain_or_generic(src) from None
@@ -336,34 +342,36 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
         raise InputError(f"{src.path}: no data rows")
 
 
-def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
+def _pieces(src: Source, chunk_bytes: int, whole: int | None = None
+            ) -> Iterator[tuple[bytes | tuple[int, int] | None, float]]:
     """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each, each piece's
-    field counts checked before it is handed out (textscan.check_lines).
+    field counts checked before it is handed out (textscan.check_lines); with each, the share of the file read.
 
-    Yields None once for Parquet and for files up to WHOLE_FILE: polars reads those whole.
+    Yields None once for Parquet and for files up to ``whole`` bytes: polars reads those whole.
     """
     if is_parquet(src.path):
         yield from _parquet_slices(src.path, chunk_bytes)
         return
     n_fields = len(src.columns)
     size = len(src.data) if src.data is not None else os.path.getsize(src.path)
-    if size <= max(chunk_bytes, WHOLE_FILE):
+    if size <= max(chunk_bytes, WHOLE_FILE if whole is None else whole):
         buf = src.data if src.data is not None else textscan.map_file(src.path)
         textscan.check_lines(buf, src.separator, n_fields, src.path)
         del buf
-        yield src.data
+        yield src.data, 1.0
         return
     with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
         header = fh.readline()
         line = 2
         carry = b""
+        read = len(header)
         while True:
             block = fh.read(chunk_bytes)
             data = memoryview(carry + block if carry else block)
             if not block:
                 if len(data):
                     textscan.check_lines(data, src.separator, n_fields, src.path, line)
-                    yield b"".join((header, data))
+                    yield b"".join((header, data)), 1.0
                 return
             cut = bytes(data[-65536:]).rfind(b"\n")
             if cut < 0:                       # a line longer than 64 KiB: read on
@@ -372,26 +380,27 @@ def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
             cut += len(data) - min(len(data), 65536) + 1
             carry = bytes(data[cut:])
             line += textscan.check_lines(data[:cut], src.separator, n_fields, src.path, line)
-            yield b"".join((header, data[:cut]))   # the one copy of each piece
+            read += cut
+            yield b"".join((header, data[:cut])), min(1.0, read / max(size, 1))   # the one copy of each piece
 
 
 PARQUET_WHOLE = 64 << 20   # Parquet files up to this size on disk are read in one go
 
 
-def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int] | None]:
+def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[tuple[int, int] | None, float]]:
     """None (read it whole) for a small Parquet file, else ``(first row, rows)`` slices of about
     ``chunk_bytes`` of decoded values each: the file's row groups are decoded a slice at a time."""
     import pyarrow.parquet as pq   # pyarrow is a dependency; imported here to keep CSV-only runs light
 
     if os.path.getsize(path) <= PARQUET_WHOLE:
-        yield None
+        yield None, 1.0
         return
     meta = pq.ParquetFile(path).metadata
     rows = meta.num_rows
     decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     per_slice = max(1, int(rows * chunk_bytes / max(decoded, 1)))
     for lo in range(0, rows, per_slice):
-        yield lo, min(per_slice, rows - lo)
+        yield (lo, min(per_slice, rows - lo)), min(rows, lo + per_slice) / rows
 
 
 def _explain_or_generic(src: Source) -> InputError:

@@ -151,7 +151,7 @@ class Store:
         want = np.asarray(self.manifest["data"]["row_crc32"], dtype=np.uint32)
         problems = []
         panel = self._raw
-        for i in track(range(self.n_symbols), "checksums", unit="rows"):
+        for i in track(range(self.n_symbols), "checksums", unit="symbols"):
             got = zlib.crc32(np.ascontiguousarray(panel[i, : self.n_dates]).data) if self.n_dates else 0
             if got != int(want[i]):
                 problems.append(f"{self.data_file.name}: checksum mismatch in row {i} (symbol {self.symbols[i]})")
