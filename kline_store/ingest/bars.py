@@ -50,6 +50,7 @@ class Bars:
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
     intraday: bool = False                # some file carries more than one time of day
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why) left out
+    notes: list[str] = field(default_factory=list)                  # what the ingest reports besides (calnote)
 
     def __len__(self) -> int:
         return len(self.sym)

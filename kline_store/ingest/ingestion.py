@@ -18,7 +18,7 @@ import numpy as np
 
 import dataclasses
 
-from . import adjust, barsize, columns as C, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, columns as C, frames as FR, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -124,7 +124,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0,
                         freq=result[-1].get("bar") or result[-1].get("freq", "1d"),
-                        skipped_files=bars.skipped)
+                        skipped_files=bars.skipped, notes=bars.notes)
 
 
 def _only_leftovers(folder: Path) -> bool:
@@ -191,6 +191,8 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
     present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
     first, last = W.bar_extent(present)
+    note = calnote.foreign_dates(present, first, last, dates, symbols) \
+        if axis.freq == TA.DAILY and calendar is None and present.size <= (1 << 28) else None
     del present
     place = P.Placement.of(sym, pos, len(symbols))
     gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
@@ -225,6 +227,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
         raise
     n_bars = len(bars)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
+    bars.notes = [note] if note else []
     return version + 1, n_bars, bars, symbols, fields, dates, m
 
 

@@ -33,6 +33,7 @@ class IngestReport:
     extra: dict = field(default_factory=dict)
     freq: str = "1d"
     skipped_files: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why)
+    notes: list[str] = field(default_factory=list)   # e.g. dates only a few symbols trade (calnote.py)
 
     def lines(self) -> list[str]:
         what = "read" if self.extra else "stored"   # an append reports the input it read, then the store
@@ -47,6 +48,7 @@ class IngestReport:
         for f, cols in list(self.dropped_columns.items())[:3]:
             out.append(f"ignored column(s) {', '.join(cols[:8])}{' ...' if len(cols) > 8 else ''} in {f} "
                        f"(text, another type, or a second column for a field)")
+        out.extend(("note " + n) for n in self.notes)
         if self.skipped_files:
             out.append(f"skipped {len(self.skipped_files)} file(s) that are not bars (--skip-bad):")
             out.extend(f"  {f}: {why}" for f, why in self.skipped_files[:20])
