@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C
+from . import adjust, columns as C, exchanges as XC
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
@@ -369,6 +369,7 @@ class Axis:
     freq: str
     sessions: SE.Sessions | None = None
     bar: str = "1d"          # a daily axis's bar: "1d", "1w" or "1mo" (barsize.py)
+    exchange: str | None = None   # --sessions XSHG: every day's own sessions from exchange_calendars
 
     @property
     def unit(self) -> str:
@@ -378,13 +379,14 @@ class Axis:
         """The manifest's record of the axis."""
         return {"freq": self.freq, "timezone": "exchange-local, naive",
                 "sessions": self.sessions.as_dict() if self.sessions else None,
-                **({"bar": self.bar} if self.freq == TA.DAILY else {})}
+                **({"bar": self.bar} if self.freq == TA.DAILY else {}),
+                **({"exchange": self.exchange} if self.exchange else {})}
 
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
         return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
-                   manifest.get("bar", "1d"))
+                   manifest.get("bar", "1d"), manifest.get("exchange"))
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
@@ -404,6 +406,9 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
         raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
+    if sessions is not None and XC.is_code(sessions):
+        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp),
+                    exchange=str(sessions).upper())
     return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
 
 
@@ -413,7 +418,11 @@ def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLik
     if calendar_file is not None:
         if axis.freq != TA.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        if XC.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
+            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()))
         return read_calendar(calendar_file).astype(np.int64)
+    if axis.exchange is not None and axis.sessions is not None:
+        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
     return np.unique(keys)
