@@ -12,15 +12,19 @@ WINDOW = 64            # the window length the cost is reported for (the dataset
 MINORITY = 0.5         # a date traded by fewer than this share of the symbols listed on it is "foreign"
 
 
-def _valid_windows(present: np.ndarray, window: int) -> np.ndarray:
-    """Per symbol: windows of ``window`` bars with a next bar (horizon 1), every cell present."""
+def _valid_windows(present: np.ndarray, window: int, rows: int = 512) -> np.ndarray:
+    """Per symbol: windows of ``window`` bars with a next bar (horizon 1), every cell present (``rows`` symbols
+    at a time: bounded memory)."""
     n_sym, n = present.shape
+    out = np.zeros(n_sym, dtype=np.int64)
     if n < window + 1:
-        return np.zeros(n_sym, dtype=np.int64)
-    c = np.concatenate([np.zeros((n_sym, 1), np.int64), np.cumsum(present, axis=1, dtype=np.int64)], axis=1)
+        return out
     span = window + 1                       # t - window + 1 .. t + 1
-    full = (c[:, span:] - c[:, :-span]) == span
-    return full.sum(axis=1)
+    for lo in range(0, n_sym, rows):
+        p = present[lo: lo + rows]
+        c = np.concatenate([np.zeros((len(p), 1), np.int32), np.cumsum(p, axis=1, dtype=np.int32)], axis=1)
+        out[lo: lo + rows] = ((c[:, span:] - c[:, :-span]) == span).sum(axis=1)
+    return out
 
 
 def foreign_dates(present: np.ndarray, first: np.ndarray, last: np.ndarray, dates: np.ndarray,

@@ -18,7 +18,7 @@ import numpy as np
 from ..errors import InputError
 from ..store import sessions as SE, timeaxis as TA
 
-_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9]{2,4}$")
+_CODE = re.compile(r"^[A-Z][A-Z0-9]{2,4}$")   # upper case: XNYS; "tokyo" is a template name or a file
 PIP = "pip install exchange_calendars (or 'kline-store[calendars]')"
 
 

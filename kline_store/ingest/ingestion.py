@@ -192,7 +192,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
     first, last = W.bar_extent(present)
     note = calnote.foreign_dates(present, first, last, dates, symbols) \
-        if axis.freq == TA.DAILY and calendar is None and present.size <= (1 << 28) else None
+        if axis.freq == TA.DAILY and calendar is None else None
     del present
     place = P.Placement.of(sym, pos, len(symbols))
     gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
