@@ -64,14 +64,23 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray) -> dict[int, st
     d, s, f = days[order], sym[order], file[order]
     same = (s[1:] == s[:-1]) & (f[1:] == f[:-1])
     gaps, gf = (d[1:] - d[:-1])[same], f[1:][same]
+    # Two bars of a symbol in one week (month) are never weekly (monthly) bars: a thinly traded daily symbol
+    # with long gaps stays daily.
+    week = ((d + 3) // 7)
+    month = d.astype("datetime64[D]").astype("datetime64[M]").astype(np.int64)
+    same_week = (week[1:] == week[:-1])[same]
+    same_month = (month[1:] == month[:-1])[same]
     out: dict[int, str] = {}
     if not len(gaps):
         return out
     o = np.argsort(gf, kind="stable")
-    gaps, gf = gaps[o], gf[o]
+    gaps, gf, same_week, same_month = gaps[o], gf[o], same_week[o], same_month[o]
     cut = np.flatnonzero(np.r_[True, gf[1:] != gf[:-1], True])
     for a, b in zip(cut[:-1], cut[1:]):
-        out[int(gf[a])] = classify(float(np.median(gaps[a:b])))
+        kind = classify(float(np.median(gaps[a:b])))
+        if (kind == WEEK and same_week[a:b].any()) or (kind == MONTH and same_month[a:b].any()):
+            kind = DAY
+        out[int(gf[a])] = kind
     return out
 
 

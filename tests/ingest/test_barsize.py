@@ -83,3 +83,11 @@ def test_resample_to_weeks_and_months_equals_pandas(real, tmp_path, bar, rule):
         assert np.isnan(w.array("close")[i, missing]).all()
     r = run_cli("resample", str(tmp_path / "w"), "-o", str(tmp_path / "x"), "--freq", bar)
     assert r.returncode == 1 and f"not coarser than the store's {bar} bars" in r.stderr
+
+
+def test_a_thinly_traded_daily_file_stays_daily(tmp_path):
+    from conftest import write
+    rows = ["2020-01-06", "2020-01-09", "2020-01-20", "2020-01-31", "2020-02-10", "2020-02-11", "2020-02-24"]
+    f = write(tmp_path / "THIN.csv", "date,close\n" + "".join(f"{d},{i + 1}\n" for i, d in enumerate(rows)))
+    ingest([f], tmp_path / "s")
+    assert open_store(tmp_path / "s").bar == "1d"   # median gap 10 days, but two bars in one week
