@@ -52,6 +52,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     if fmt == "qlib":
         if selection:
             raise InputError("--symbols/--start/--end: not with --format qlib (it writes the whole store)")
+        _make_folder(Path(out).parent)   # a provider directory in a new nested folder
         return export_provider(path, out).symbols
     out = Path(out)
     suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())

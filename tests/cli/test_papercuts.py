@@ -40,6 +40,8 @@ def test_export_into_a_new_nested_folder_with_whole_volumes(real, tmp_path):
     assert r.returncode == 0, r.stderr
     first = out.read_text().split("\n")[1]
     assert ",91973000," in first and "91973000.0" not in first
+    r = run_cli("export", str(tmp_path / "s"), "--format", "qlib", "-o", str(tmp_path / "q" / "r" / "provider"))
+    assert r.returncode == 0 and (tmp_path / "q" / "r" / "provider" / "calendars" / "day.txt").is_file(), r.stderr
     ingest([out], tmp_path / "back")
     a, b = open_store(tmp_path / "s"), open_store(tmp_path / "back")
     assert (a.panel[~(a.panel != a.panel)] == b.panel[~(b.panel != b.panel)]).all()
