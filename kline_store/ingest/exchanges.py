@@ -40,7 +40,7 @@ def _calendar(code: str, first_day: int, last_day: int) -> Any:
         known = ", ".join(sorted(n for n in xc.get_calendar_names(include_aliases=False) if n.startswith("X"))[:12])
         raise InputError(f"exchange calendar {code!r}: unknown to exchange_calendars (e.g. {known}, ...)")
     start = np.datetime64(int(first_day), "D")
-    end = np.datetime64(int(last_day), "D")
+    end = np.datetime64(max(int(last_day), int(first_day) + 7), "D")   # the library wants start < end
     try:
         return xc.get_calendar(code, start=str(start), end=str(end))
     except Exception as exc:   # dates before the calendar's first session, ...

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, columns as C, frames as FR, panel as P
+from . import adjust, barsize, columns as C, exchanges as XC, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars
@@ -165,8 +165,10 @@ def make_plan(old: Store, bars: Bars) -> Plan:
     if axis.sessions is not None:
         # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
         # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
-        cal = np.union1d(old_days, np.union1d(days, SE.calendar(np.r_[days, old_days[-1:]], axis.sessions,
-                                                                axis.freq)))
+        span = np.r_[days, old_days[-1:]]
+        sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp)
+                        if axis.exchange else SE.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
+        cal = np.union1d(old_days, np.union1d(days, sessions_cal))
         outside = ~np.isin(days, cal)
         if outside.any():
             i = int(np.flatnonzero(outside)[0])

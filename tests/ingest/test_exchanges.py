@@ -82,3 +82,25 @@ def test_without_the_library_an_exchange_code_is_one_line(tmp_path, monkeypatch)
     with pytest.raises(InputError, match=r"exchange calendar XNYS: needs the optional package exchange_calendars: "
                                          r"pip install"):
         ingest([f], tmp_path / "s", calendar="XNYS")
+
+
+@need
+def test_appends_follow_the_exchange_days(real, tmp_path):
+    from kline_store import append
+    f = real / "intraday_ashare_1min" / "000001.XSHG_1MIN.csv"
+    lines = f.read_text().splitlines()
+    head, tail = tmp_path / "a.csv", tmp_path / "b.csv"
+    write(head, "\n".join(lines[:1 + 5 * 240]) + "\n")
+    write(tail, "\n".join(lines[:1] + lines[1 + 5 * 240:]) + "\n")
+    ingest([head], tmp_path / "s", sessions="XSHG")
+    append(tmp_path / "s", [tail])
+    ingest([f], tmp_path / "full", sessions="XSHG")
+    a, b = open_store(tmp_path / "s"), open_store(tmp_path / "full")
+    assert np.array_equal(a.dates, b.dates)
+    np.testing.assert_array_equal(a.panel[:, :, :4], b.panel[:, :, :4])
+    first = write(tmp_path / "d1.csv", "datetime,close\n" + "".join(f"{s},1\n" for s in _minutes("2019-11-27", "16:00")))
+    second = write(tmp_path / "d2.csv", "datetime,close\n" + "".join(f"{s},2\n" for s in _minutes("2019-11-29", "13:00")))
+    ingest([first], tmp_path / "n", sessions="XNYS", symbol="SPY")
+    append(tmp_path / "n", [second], symbol="SPY")
+    days, counts = np.unique(open_store(tmp_path / "n").dates.astype("datetime64[D]").astype(str), return_counts=True)
+    assert dict(zip(days, counts)) == {"2019-11-27": 390, "2019-11-29": 210}   # the early close, not 390 bars
