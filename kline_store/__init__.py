@@ -1,4 +1,5 @@
-"""kline-store: K-line files -> memory-mapped float32 store -> features -> fast, leakage-safe training batches.
+"""kline-store: K-line (OHLCV bar) files, daily to monthly or intraday -> memory-mapped float32 store -> features
+-> fast, leakage-safe training batches.
 
 Importing the package does not import torch; the dataset and loader names load it on first use.
 """

@@ -33,7 +33,8 @@ class KlineDataModule(lp.LightningDataModule):
     Args:
         store: the store directory.
         window: days per window.
-        splits: ``{"train": (start, end), "val": (start, end), "test": (start, end)}`` ("val"/"test" optional);
+        splits: ``{"train": (start, end), "val": (start, end), "test": (start, end)}`` ("val"/"test" optional;
+            "valid" is accepted for "val", as in make_splits);
             see :func:`kline_store.make_splits` (an embargo of at least ``horizon`` days separates them).
         batch_size: samples per batch (every split).
         fields: input fields (default: OHLCV and amount).
@@ -43,7 +44,8 @@ class KlineDataModule(lp.LightningDataModule):
             device.
         num_workers: gather threads (default: this rank's share of the cores).
         drop_last: drop each rank's last incomplete training batch.
-        **options: dataset options for every split (label, adjust, normalize, missing, days, embargo, ...).
+        **options: dataset options for every split (label, adjust, normalize, missing, days, embargo, symbols,
+            ...).
     """
 
     def __init__(self, store: str | os.PathLike, window: int = 64, splits: dict[str, Range] | None = None,
@@ -53,10 +55,16 @@ class KlineDataModule(lp.LightningDataModule):
         super().__init__()
         if not splits or "train" not in splits:
             raise InputError("KlineDataModule(splits=...): give at least {'train': (start, end)}")
-        unknown = sorted(set(splits) - {"train", "val", "test"})
+        unknown = sorted(set(splits) - {"train", "val", "valid", "test"})
         if unknown:
-            raise InputError(f"KlineDataModule(splits=...): unknown split(s) {unknown}; use train, val, test")
-        self.store, self.window, self.ranges = store, int(window), dict(splits)
+            raise InputError(f"KlineDataModule(splits=...): unknown split(s) {unknown}; use train, val (or valid), "
+                             f"test")
+        ranges = dict(splits)
+        if "valid" in ranges:   # make_splits' name, accepted here too
+            if "val" in ranges:
+                raise InputError("KlineDataModule(splits=...): 'val' and 'valid' are the same split; give one")
+            ranges["val"] = ranges.pop("valid")
+        self.store, self.window, self.ranges = store, int(window), ranges
         self.batch_size, self.fields, self.horizon, self.seed = int(batch_size), fields, horizon, seed
         self.device, self.num_workers, self.drop_last, self.options = device, num_workers, drop_last, options
         self.splits: Splits | None = None

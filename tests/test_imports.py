@@ -30,8 +30,8 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 
 # Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
 LAYERS = {
-    "store": ["safefs", "manifest", "lock", "timeaxis", "sessions", "snapshot", "writer", "__init__"],
-    "ingest": ["columns", "qlib_format", "inputs", "textscan", "dates", "adjust", "readers", "validate", "bars",
+    "store": ["safefs", "manifest", "lock", "timeaxis", "periods", "frames", "sessions", "snapshot", "writer", "__init__"],
+    "ingest": ["columns", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "readers", "validate", "bars", "barsize", "calnote",
                "panel", "report", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["background", "sampling", "batches", "buffers", "placement", "config", "prefetch", "shm", "workers",
              "device", "chunks", "host", "loader", "collate", "__init__"],

@@ -102,3 +102,14 @@ def test_ddp_ranks_take_disjoint_shards(store, tmp_path):
     valid = set(zip(*(a.tolist() for a in ds.locate(np.arange(len(ds))))))
     assert seen[0] | seen[1] == valid and len(seen[0] & seen[1]) <= 1        # every window, the pad aside
     assert len(ranks[0]["seen"]) == len(ranks[1]["seen"])
+
+
+def test_valid_is_accepted_for_val_and_symbols_reach_the_datasets(store):
+    dm = KlineDataModule(store, window=10, splits={"train": SPLITS["train"], "valid": SPLITS["val"]},
+                         batch_size=16, symbols=["S001", "S003"])
+    dm.setup()
+    assert dm.splits.val is not None and len(dm.splits.val) > 0
+    s, _ = dm.splits.train.locate(np.arange(len(dm.splits.train)))
+    assert set(s.tolist()) == {1, 3}
+    with pytest.raises(InputError, match="'val' and 'valid' are the same split"):
+        KlineDataModule(store, splits={"train": SPLITS["train"], "val": SPLITS["val"], "valid": SPLITS["val"]})

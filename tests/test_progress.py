@@ -147,3 +147,24 @@ def test_a_bad_log_interval_falls_back_to_the_default(monkeypatch):
     assert P._log_every() == 2.5
     monkeypatch.setenv("KLINE_STORE_PROGRESS_EVERY", "abc")
     assert P._log_every() == 5.0
+
+
+def test_reading_moves_with_the_bytes_parsed(real, tmp_path, capsys, monkeypatch):
+    """A CSV read in pieces reports its bytes piece by piece (not 0% until the file is done), the A-share minute
+    file here cut into 64 KiB pieces as a big file is into 32 MiB ones; writing counts symbols."""
+    from kline_store import ingest
+    from kline_store.ingest import bars as B, readers as R
+
+    monkeypatch.setattr(P, "LOG_EVERY", 0.0)
+    monkeypatch.setattr(B, "PIECES_FROM", 0)
+    monkeypatch.setattr(B, "PIECE_BYTES", 64 << 10)
+    f = real / "intraday_ashare_1min" / "000001.XSHG_1MIN.csv"
+    shares = []
+    src = R.inspect_source(f)
+    assert sum(df.height for df in R.iter_chunks(src, 64 << 10, done=shares.append, whole=0)) == 2640
+    assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] == 1.0 and shares[0] < 0.5
+    ingest([f], tmp_path / "s", quiet=False)
+    err = capsys.readouterr().err.splitlines()
+    reading = [int(ln.split("%")[0].split()[-1]) for ln in err if ln.startswith("reading:")]
+    assert len([p for p in reading if 0 < p < 100]) >= 2, err
+    assert any(re.match(r"writing: +\d+% \d+/\d+ symbols", ln) for ln in err), err

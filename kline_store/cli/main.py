@@ -32,7 +32,21 @@ def _fail(msg: str, code: int = 1) -> None:
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kline-store")
 def cli() -> None:
-    """K-line files (daily or intraday) -> memory-mapped float32 store -> features -> fast, leakage-safe training batches."""
+    """K-line (OHLCV bar) files -> memory-mapped float32 store -> features -> fast, leakage-safe training batches.
+
+    Daily, weekly, monthly or intraday bars; CSV (also .csv.gz, .csv.zst, .zip), Parquet or a Qlib directory."""
+
+
+def _check_freq(ctx, param, value):
+    """--freq checked before anything runs: a bad size is a usage error (exit 2)."""
+    if value is None:
+        return value
+    from ..ingest.barsize import parse
+    from ..store.timeaxis import parse_freq
+    try:
+        return parse(value) or parse_freq(value)
+    except KlineStoreError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[-1] + "; or 1w, 1mo") from None
 
 
 @cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
@@ -43,22 +57,27 @@ def cli() -> None:
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
+@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
+@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
+@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--instruments", metavar="all|MARKET|FILE",
               help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
-@click.option("--freq", metavar="SIZE", help="Bar size: 1d, 1min, 5min, 15min, 30min, 60min, ... (default: detected).")
+@click.option("--freq", metavar="SIZE", callback=_check_freq,
+              help="Bar size: 1min, 5min, ..., 60min, 1h, 1d, 1w, 1mo (default: detected).")
 @click.option("--sessions", metavar="NAME|FILE",
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, instruments, wait, freq, sessions, stamp,
-           quiet) -> None:
+def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, na, skip_bad, exclude, instruments,
+           wait, freq, sessions, stamp, quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments)
+              instruments=instruments, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -70,14 +89,18 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, inst
 @click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
+@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
+@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
+@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
+@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, skip_bad, exclude, wait, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
         rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern)
+                  symbol_pattern=symbol_pattern, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -85,11 +108,20 @@ def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet)
 @cli.command(short_help="Shape, fields, symbols and dates of STORE.")
 @click.argument("store")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def info(store, as_json) -> None:
+@click.option("--symbols", "per_symbol", is_flag=True, help="Each symbol's first and last bar and its number of bars.")
+def info(store, as_json, per_symbol) -> None:
     """Shape, fields, symbols and date range of STORE."""
     from ..store.snapshot import open_store
     with open_store(store, verify=False) as st:
         d = st.info()
+        rows = st.symbol_summary() if per_symbol else None
+    if rows is not None and as_json:
+        d["per_symbol"] = rows
+    elif rows is not None:
+        click.echo(f"{'symbol':<16} {'first':<19} {'last':<19} {'bars':>8}")
+        for r in rows:
+            click.echo(f"{r['symbol']:<16} {r['first'] or '-':<19} {r['last'] or '-':<19} {r['bars']:>8}")
+        return
     if as_json:
         click.echo(json.dumps(d, ensure_ascii=False, indent=1))
         return
@@ -98,8 +130,8 @@ def info(store, as_json) -> None:
     bars = "dates" if d["freq"] == "1d" else "times"
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
-               f"freq     {d['freq']} ({d['timezone']}{sessions})\n"
-               f"shape    {d['n_symbols']} symbols x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
+               f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
+               f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
                f"{d['bytes'] / 2**20:.1f} MiB\n"
                f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
@@ -110,7 +142,8 @@ def info(store, as_json) -> None:
 @cli.command(short_help="Write a coarser store from an intraday STORE.")
 @click.argument("store")
 @click.option("-o", "--out", required=True, type=click.Path(), help="The coarser store to write.")
-@click.option("--freq", required=True, metavar="SIZE", help="Bar size: 5min, 15min, 30min, 60min, ... or 1d.")
+@click.option("--freq", required=True, metavar="SIZE", callback=_check_freq,
+              help="Bar size: 5min, 15min, 30min, 60min, ..., 1d; 1w or 1mo from a daily store.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
 def resample(store, out, freq, replace, wait) -> None:
@@ -142,13 +175,17 @@ def verify(store, quiet) -> None:
               help="Output .parquet or .csv file, or the directory to create with --format qlib.")
 @click.option("--format", "fmt", type=click.Choice(["parquet", "csv", "qlib"]),
               help="Default: from the suffix of OUT. qlib: a Qlib provider directory (day bars).")
+@click.option("--symbols", metavar="A,B,...", help="Only these symbols (comma-separated).")
+@click.option("--start", metavar="DATE", help="From the first bar of DATE (2012, 2012-03 or 2012-03-05).")
+@click.option("--end", metavar="DATE", help="To the last bar of DATE (--end 2012: all of 2012).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress.")
-def export(store, out, fmt, quiet) -> None:
+def export(store, out, fmt, symbols, start, end, quiet) -> None:
     """Write STORE in long format (symbol, date, fields), one row per bar; or, with --format qlib, as a
     Qlib provider directory that qlib.init(provider_uri=OUT) reads."""
     from ..ingest.exporter import export as run
+    picked = [s.strip() for s in symbols.split(",") if s.strip()] if symbols else None
     with silenced(quiet):
-        n = run(store, out, fmt=fmt)
+        n = run(store, out, fmt=fmt, symbols=picked, start=start, end=end)
     click.echo(f"wrote {n} rows to {out}" if fmt != "qlib" else
                f"wrote {n} symbols to the Qlib provider directory {out}: qlib.init(provider_uri={str(out)!r})")
 

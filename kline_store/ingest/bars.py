@@ -14,16 +14,18 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C
+from . import adjust, columns as C, exchanges as XC
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
-from .inputs import expand_inputs, is_parquet, location
+from .inputs import expand_inputs, is_parquet, location, shown
 from ..progress import Progress
-from .readers import Source, inspect_source, iter_chunks
+from .readers import CHUNK_BYTES, Source, inspect_source, iter_chunks
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
+PIECES_FROM = 64 << 20   # a CSV above this size is parsed in pieces of PIECE_BYTES, so the reading bar moves
+PIECE_BYTES = CHUNK_BYTES
 
 
 @dataclass
@@ -47,6 +49,8 @@ class Bars:
     skipped_empty: int = 0                # rows whose prices are all missing: no bar
     dropped_columns: dict[str, list[str]] = field(default_factory=dict)
     intraday: bool = False                # some file carries more than one time of day
+    skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why) left out
+    notes: list[str] = field(default_factory=list)                  # what the ingest reports besides (calnote)
 
     def __len__(self) -> int:
         return len(self.sym)
@@ -55,7 +59,7 @@ class Bars:
         """The same bars filtered by a boolean mask."""
         return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
-                    self.skipped_empty, self.dropped_columns, self.intraday)
+                    self.skipped_empty, self.dropped_columns, self.intraday, self.skipped)
 
     def keys(self, unit: str) -> np.ndarray:
         """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
@@ -74,7 +78,7 @@ class Bars:
 
     def where(self, i: int) -> str:
         f = self.files[int(self.file[i])]
-        return f"{f} {location(f, self.row[i])}"
+        return f"{shown(f)} {location(f, self.row[i])}"
 
     def present_mask(self, sym: np.ndarray, pos: np.ndarray, shape: tuple[int, int]) -> np.ndarray:
         """[n_sym, n_dates] bool of bars; raises InputError naming a duplicated (symbol, date) bar."""
@@ -195,14 +199,29 @@ def input_fields(sources: list[Source]) -> list[str]:
 
 def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
               strict: bool = False, quiet: bool = True, spill: Path | None = None,
-              symbol_pattern: str | None = None) -> Bars:
+              symbol_pattern: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+              exclude: Sequence[str] = ()) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
         spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+        na: cell values that mean "missing" besides the usual ones (``--na``).
+        skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
+            ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
+        exclude: glob patterns of files to leave out (``--exclude``).
     """
-    files = expand_inputs(list(inputs))
-    sources = [inspect_source(f, user_map, symbol_pattern) for f in files]   # all headers before any row
+    files = expand_inputs(list(inputs), exclude)
+    sources, skipped = [], []
+    for f in files:   # all headers before any row
+        try:
+            sources.append(inspect_source(f, user_map, symbol_pattern, tuple(na)))
+        except InputError as exc:
+            if not skip_bad:
+                raise
+            skipped.append((shown(f), _reason(exc, f)))
+    if not sources:
+        raise InputError(f"no input file holds bars; skipped {len(skipped)}: {skipped[0][0]}: {skipped[0][1]}")
+    files = [s.path for s in sources]
     unused = set(user_map or {}) - {c for s in sources for c in s.columns}
     if unused:
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
@@ -214,11 +233,13 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
                     scale=True)
     rows_per_file = []
+    failed: set[int] = set()
     try:
         for i, src in enumerate(sources):
             rows = 0
             prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
-            for df in iter_chunks(src):
+            share = _Share(prog, src.path)
+            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
                 rows += df.height
                 empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
                 if empty.any():
@@ -229,7 +250,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                 sink.add(adjust.clean(df), i, src.path)
                 prog.step(0, note=f"{src.path.name}: {rows:,} rows")
             rows_per_file.append(rows)
-            prog.step(_size(src.path), note=src.path.name)
+            share.finish()
     finally:
         prog.close()
         sink.close()
@@ -239,11 +260,55 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         p = problems[0]
         raise InputError(f"--strict: {p.line()}" + (f"; and {len(problems) - 1} more kind(s)" if len(problems) > 1 else ""))
     col = sink.columns()
-    srcs = [{"path": str(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
-             "rows": r} for s, r in zip(sources, rows_per_file)]
-    dropped = {str(s.path): s.dropped for s in sources if s.dropped}
-    return Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
+    srcs = [{"path": shown(s.path), "bytes": _size(s.path), "encoding": s.encoding, "columns": s.mapping,
+             "rows": r} for i, (s, r) in enumerate(zip(sources, rows_per_file)) if i not in failed]
+    dropped = {shown(s.path): s.dropped for s in sources if s.dropped}
+    bars = Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
+    bars.skipped = skipped
+    return bars
+
+
+def _reason(exc: InputError, path: Path) -> str:
+    """An error about ``path`` without the path in front: the reason it was skipped."""
+    text = str(exc)
+    for p in (str(path), shown(path)):
+        if text.startswith(p + ": "):
+            return text[len(p) + 2:]
+    return text
+
+
+class _Share:
+    """A file's share of the reading phase: the bytes of its pieces as they are parsed."""
+
+    def __init__(self, prog: Progress, path: Path) -> None:
+        self.prog, self.path, self.size, self.done = prog, path, _size(path), 0
+
+    def __call__(self, share: float) -> None:
+        n = int(self.size * share) - self.done
+        if n > 0:
+            self.prog.step(n)
+            self.done += n
+
+    def finish(self) -> None:
+        self(1.0)
+
+
+def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None):
+    """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
+    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM)
+    try:
+        first = next(it)
+    except StopIteration:
+        return
+    except InputError as exc:
+        if not skip_bad:
+            raise
+        skipped.append((shown(src.path), _reason(exc, src.path)))
+        failed.add(i)
+        return
+    yield first
+    yield from it
 
 
 def _size(p: Path) -> int:
@@ -303,6 +368,8 @@ class Axis:
 
     freq: str
     sessions: SE.Sessions | None = None
+    bar: str = "1d"          # a daily axis's bar: "1d", "1w" or "1mo" (barsize.py)
+    exchange: str | None = None   # --sessions XSHG: every day's own sessions from exchange_calendars
 
     @property
     def unit(self) -> str:
@@ -311,12 +378,15 @@ class Axis:
     def manifest(self) -> dict:
         """The manifest's record of the axis."""
         return {"freq": self.freq, "timezone": "exchange-local, naive",
-                "sessions": self.sessions.as_dict() if self.sessions else None}
+                "sessions": self.sessions.as_dict() if self.sessions else None,
+                **({"bar": self.bar} if self.freq == TA.DAILY else {}),
+                **({"exchange": self.exchange} if self.exchange else {})}
 
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
-        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None)
+        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
+                   manifest.get("bar", "1d"), manifest.get("exchange"))
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
@@ -336,6 +406,9 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
         raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
+    if sessions is not None and XC.is_code(sessions):
+        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp),
+                    exchange=str(sessions).upper())
     return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
 
 
@@ -345,7 +418,11 @@ def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLik
     if calendar_file is not None:
         if axis.freq != TA.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        if XC.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
+            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()))
         return read_calendar(calendar_file).astype(np.int64)
+    if axis.exchange is not None and axis.sessions is not None:
+        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
     return np.unique(keys)

@@ -18,7 +18,7 @@ ALIASES: dict[str, str] = {
     # dates: generic, tushare, baostock, czsc, zipline pipeline files, akshare (Chinese)
     "date": "date", "trade_date": "date", "datetime": "date", "dt": "date", "day": "date", "time": "date",
     "timestamp": "date", "trading_date": "date", "cal_date": "date", "日期": "date", "交易日期": "date",
-    "时间": "date",
+    "时间": "date", "trade_time": "date",
     # symbols: generic, tushare, baostock, Quandl/zipline, akshare
     "symbol": "symbol", "ts_code": "symbol", "code": "symbol", "ticker": "symbol", "instrument": "symbol",
     "sec_code": "symbol", "stock_code": "symbol", "股票代码": "symbol", "代码": "symbol", "证券代码": "symbol",
@@ -38,6 +38,10 @@ ALIASES: dict[str, str] = {
     "dividend": "dividend", "dividends": "dividend", "ex_dividend": "ex_dividend",
     "split": "split", "stock_splits": "split", "split_ratio": "split_ratio",
 }
+
+# A time-of-day column beside a date column (backtrader, MetaTrader `<DATE>,<TIME>`, tushare minute files):
+# read together as one stamp. Alone (no other date column), a "time" column is the date column, as before.
+TIME_NAMES = ("time", "trade_time", "bar_time", "time_of_day", "hhmmss")
 
 ACCEPTED = {
     "date": sorted(k for k, v in ALIASES.items() if v == "date"),
@@ -99,6 +103,9 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
     # comes earlier in the header (which is then left out, and reported).
     mapped = {col: user_map[col] for col in columns if col in user_map}
     taken: set[str] = set()
+    dated = [c for c in columns if c not in mapped and not is_index_name(c)
+             and ALIASES.get(normalise(c)) == "date" and normalise(c) not in TIME_NAMES]
+    dated += [c for c, d in mapped.items() if d == "date"]
     for col, dst in mapped.items():
         if dst in taken:
             first = next(c for c, d in mapped.items() if d == dst)
@@ -112,6 +119,8 @@ def resolve_columns(columns: list[str], user_map: dict[str, str] | None = None) 
             continue  # pandas index columns written by to_csv(); see readers.inspect_source for dates
         key = normalise(col)
         dst = ALIASES.get(key, key)
+        if key in TIME_NAMES and any(c != col for c in dated):
+            dst = "time"   # Date,Time: the time of day of the date column's day
         if dst in taken:
             continue
         taken.add(dst)
@@ -131,7 +140,20 @@ def preview(names: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(names):,} in all)" if len(names) > limit else "")
 
 
+def not_bars(columns: list[str]) -> str | None:
+    """What a file without a close column holds instead of bars, when its columns say so: quotes or ticks."""
+    keys = {normalise(c) for c in columns}
+    if keys & {"bid", "ask", "bid_price", "ask_price", "bidprice", "askprice", "best_bid", "best_ask"}:
+        return "bid/ask quotes, not bars"
+    if keys & {"price", "last", "last_price", "trade_price", "lastprice"} and not keys & {"open", "high", "low"}:
+        return "ticks (one price per trade), not bars"
+    return None
+
+
 def describe_missing(kind: str, columns: list[str], source: str) -> str:
     found = preview(columns) if columns else "(none)"
+    instead = not_bars(columns) if kind == "close" else None
+    if instead:
+        return f"{source}: {instead} (no close column; columns found: {found}); --skip-bad leaves such files out"
     return (f"{source}: no {kind} column; columns found: {found}; accepted {kind} names: "
             f"{', '.join(ACCEPTED[kind])} (or pass --map COLUMN={kind})")

@@ -40,25 +40,36 @@ def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFr
     return pl.concat(frames)
 
 
-def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None) -> int:
+def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None, *,
+           symbols: list[str] | None = None, start: object = None, end: object = None) -> int:
     """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows.
 
     ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
-    returns the number of symbols written then.
+    returns the number of symbols written then. ``symbols``, ``start``, ``end``: a selection (long formats;
+    partial dates as in pandas, see ``Store.to_polars``).
     """
+    selection = symbols is not None or start is not None or end is not None
     if fmt == "qlib":
+        if selection:
+            raise InputError("--symbols/--start/--end: not with --format qlib (it writes the whole store)")
+        _make_folder(Path(out).parent)   # a provider directory in a new nested folder
         return export_provider(path, out).symbols
     out = Path(out)
     suffix = {"parquet": ".parquet", "csv": ".csv"}.get(fmt or "", out.suffix.lower())
     if suffix not in (".parquet", ".pq", ".csv"):
         raise InputError(f"{out}: unknown export format (use .parquet or .csv, or --format qlib for a directory)")
+    _make_folder(out.parent)   # export into a new nested folder
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
-    df = to_frame(path)
+    if selection:
+        with open_store(path) as st:
+            df = st.to_polars(symbols, start, end)
+    else:
+        df = to_frame(path)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".csv":
-            df.write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
+            _whole_numbers(df).write_csv(tmp, datetime_format="%Y-%m-%d %H:%M:%S")
         else:
             df.write_parquet(tmp)
         os.replace(tmp, out)
@@ -69,3 +80,28 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
         tmp.unlink(missing_ok=True)
         raise
     return df.height
+
+
+def _make_folder(folder: Path) -> None:
+    """The export's folder, made with its parents when missing; one line when it cannot be."""
+    if folder.is_dir():
+        return
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{folder}: cannot make the export's folder ({exc.strerror or exc})") from None
+
+
+def _whole_numbers(df: pl.DataFrame) -> pl.DataFrame:
+    """CSV text as a person wrote it: a value column whose every value is a whole number (volumes, counts) is
+    written without ``.0`` (``936660000``, not ``936660000.0``); it reads back as the same float32."""
+    out = []
+    for c, dt in df.schema.items():
+        if dt.is_float():
+            col = df[c].fill_nan(None)
+            vals = col.drop_nulls()
+            if vals.len() and bool((vals == vals.round(0)).all()) and float(vals.abs().max()) < 2 ** 53:
+                out.append(col.cast(pl.Int64))
+                continue
+        out.append(df[c])
+    return pl.DataFrame(out)

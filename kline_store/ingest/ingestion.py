@@ -15,13 +15,15 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P, qlib_store as Q
+import dataclasses
+
+from . import adjust, barsize, calnote, columns as C, frames as FR, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
 from ..errors import InputError
-from .inputs import as_input_list, expand_inputs
+from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .readers import WHOLE_FILE
 from .report import IngestReport
 
@@ -30,8 +32,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
-           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None
-           ) -> IngestReport:
+           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           exclude: Sequence[str] = ()) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -57,24 +60,40 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
         instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
             default, "csi300", ...) or of a file in that format.
+        symbol: the symbol of a single input (a file or a DataFrame) that has no symbol column.
+        na: cell values that mean "missing" besides ``null``, ``NA``, ``N/A``, ``-``, ``--``, ``NaN`` and empty
+            cells (FRED's ``.``, ``#N/A``, ...).
+        skip_bad: leave out input files that are not bars (ticks, quotes, no date or close) and list them in the
+            report, instead of stopping at the first.
+        exclude: glob patterns of files to leave out of folders and globs (``*tick*``).
+
+    ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
+    (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
 
     Returns:
         IngestReport with counts and the problems found.
     """
     t0 = time.perf_counter()
-    inputs = as_input_list(inputs)
     if not isinstance(out, (str, os.PathLike)):
-        raise InputError(f"out={out!r}: expected a store directory path")
+        raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
+    if FR.is_frame(inputs):
+        kw = dict(calendar=calendar, user_map=user_map, map=map, strict=strict, quiet=quiet, capacity=capacity,
+                  wait=wait, replace=replace, freq=freq, sessions=sessions, stamp=stamp, symbol=symbol, na=na)
+        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
+            return ingest([path], out, **kw)
+    inputs = as_input_list(inputs)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
     qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
-    if qlib is not None and (sessions or stamp or (freq and TA.parse_freq(freq) != TA.DAILY)):
+    if qlib is not None and (sessions or stamp or (freq and (barsize.parse(freq) or TA.parse_freq(freq)) != TA.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
-    files = [] if qlib else expand_inputs(list(inputs))   # walk folders and globs once, before taking the lock
+    files = [] if qlib else expand_inputs(list(inputs), exclude)   # folders and globs walked once, before the lock
+    if symbol is not None:
+        symbol_pattern = fixed_symbol(symbol, files, symbol_pattern)
     with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
         has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
         if has_store and not replace:
@@ -90,7 +109,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                 built = Q.build_store(qlib, out, capacity)
             else:
                 result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                                (freq, sessions, stamp))
+                                (freq, sessions, stamp), dict(na=tuple(na or ()), skip_bad=skip_bad))
         except BaseException:
             W.clean_failed_write(out, held, first=not has_store)
             raise
@@ -101,18 +120,28 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     version, n_bars, bars, symbols, fields, dates, _ = result
     return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
-                        bars.dropped_columns, time.perf_counter() - t0, freq=result[-1].get("freq", "1d"))
+                        bars.dropped_columns, time.perf_counter() - t0,
+                        freq=result[-1].get("bar") or result[-1].get("freq", "1d"),
+                        skipped_files=bars.skipped, notes=bars.notes)
 
 
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
-           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple):
+           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple, read: dict | None = None):
     """The whole ingest under the writer lock (held by the caller)."""
     # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in files) > WHOLE_FILE
     spill = W.staging_dir(out) / "bars.spill" if big else None
-    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern)
-    axis = choose_axis(bars, *axis_args)
+    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern,
+                     **(read or {}))
+    freq, sessions, stamp = axis_args
+    long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
+    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp)
+    if axis.freq == TA.DAILY:
+        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
+    elif long_bar:
+        raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
+                         f"resample to 1d and to {long_bar}")
     keys = bars.keys(axis.unit)
     cal = build_calendar(keys, axis, calendar)
     pos = calendar_positions(keys, cal, bars, axis.unit).astype(np.int32)
@@ -125,6 +154,8 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
     present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
     first, last = W.bar_extent(present)
+    note = calnote.foreign_dates(present, first, last, dates, symbols) \
+        if axis.freq == TA.DAILY and calendar is None else None
     del present
     place = P.Placement.of(sym, pos, len(symbols))
     gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
@@ -159,6 +190,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
         raise
     n_bars = len(bars)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
+    bars.notes = [note] if note else []
     return version + 1, n_bars, bars, symbols, fields, dates, m
 
 

@@ -6,16 +6,41 @@ knows a CSV's header is line 1 and a Parquet file has rows.
 
 from __future__ import annotations
 
+import fnmatch
 import glob as _glob
 import os
 import re
 from pathlib import Path
 
 from ..errors import InputError
+from .packed import SUFFIXES as PACKED_SUFFIXES
 from .qlib_format import is_provider
 
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+
+
+class FixedSymbol(str):
+    """``--symbol NAME`` (``symbol=``): the symbol of a single input without a symbol column, whatever its name."""
+
+
+def fixed_symbol(symbol: object, files: list[Path], pattern: str | None) -> FixedSymbol:
+    """``symbol=`` / ``--symbol NAME``: the symbol of one input file, instead of its name."""
+    if not isinstance(symbol, str) or not symbol.strip():
+        raise InputError(f"symbol: expected a non-empty name, got {type(symbol).__name__}")
+    if pattern:
+        raise InputError("--symbol and --symbol-pattern: give one of them")
+    if len(files) != 1:
+        raise InputError(f"--symbol {symbol}: names the symbol of one input; {len(files)} files given "
+                         f"(use --symbol-pattern, or a symbol column)")
+    return FixedSymbol(symbol.strip())
+
+
+def shown(p: Path | str) -> str:
+    """A file as messages and the manifest name it: a DataFrame's temporary file (ingest/frames.py) is
+    "DataFrame"."""
+    p = Path(p)
+    return "DataFrame" if p.name == "DataFrame.parquet" and p.parent.name.startswith("kline-frame-") else str(p)
 
 
 def is_parquet(p: Path) -> bool:
@@ -30,7 +55,7 @@ def location(path: Path, row: int) -> str:
 
 def _is_data_file(p: Path) -> bool:
     name = p.name.lower()
-    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES)
+    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES + PACKED_SUFFIXES)
 
 
 def _walk(folder: Path) -> list[Path]:
@@ -53,8 +78,16 @@ def as_input_list(inputs: object) -> list[str | os.PathLike]:
     return items
 
 
-def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
-    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files."""
+def excluded(p: Path, patterns: tuple[str, ...] | list[str] | None) -> bool:
+    """``--exclude GLOB``: the file's name or its path matches one of the patterns (``*tick*``, ``raw/*``)."""
+    return any(fnmatch.fnmatch(p.name, g) or fnmatch.fnmatch(str(p), g) or fnmatch.fnmatch(str(p), f"*/{g}")
+               for g in patterns or ())
+
+
+def expand_inputs(inputs: list[str | os.PathLike], exclude: tuple[str, ...] | list[str] | None = None
+                  ) -> list[Path]:
+    """Files, folders (their CSV/Parquet files, recursively) and glob patterns -> sorted unique files, less those
+    ``exclude`` (glob patterns) names."""
     inputs = as_input_list(inputs)
     files: list[Path] = []
     for item in inputs:
@@ -90,6 +123,11 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
             raise InputError(f"{s}: no such file or folder")
     seen: set[Path] = set()
     out = []
+    if exclude:
+        kept = [f for f in files if not excluded(f, exclude)]
+        if not kept:
+            raise InputError(f"--exclude {' '.join(exclude)}: excludes every input file ({len(files)})")
+        files = kept
     for f in files:
         r = f.resolve()
         if r not in seen:
@@ -101,8 +139,10 @@ def expand_inputs(inputs: list[str | os.PathLike]) -> list[Path]:
 def symbol_from_name(p: Path, pattern: str | None = None) -> str:
     """The symbol of a one-file-per-symbol input: its name without the data suffix (`000001.SZ.csv`), or
     what ``pattern`` (a regular expression; its first group if it has one) finds in that name."""
+    if isinstance(pattern, FixedSymbol):
+        return str(pattern)
     name = p.name
-    for suffix in CSV_SUFFIXES + PARQUET_SUFFIXES:
+    for suffix in PACKED_SUFFIXES + CSV_SUFFIXES + PARQUET_SUFFIXES:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break

@@ -14,15 +14,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, textscan
+from . import adjust, clock, columns as C, packed, textscan
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
-from .inputs import is_parquet, location, symbol_from_name
+from .inputs import FixedSymbol, is_parquet, location, symbol_from_name
 
 CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
 WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
@@ -42,6 +42,7 @@ class Source:
     dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
     symbol_pattern: str | None = None                    # regex for the symbol in the file name
     head: pl.DataFrame | None = None                     # first rows as text (see _head)
+    na: tuple[str, ...] = ()                             # --na: the vendor's own missing-value markers
 
     @property
     def symbol_column(self) -> str | None:
@@ -52,8 +53,13 @@ class Source:
         return next(s for s, d in self.mapping.items() if d == "date")
 
     @property
+    def time_column(self) -> str | None:
+        """A time-of-day column read with the date column as one stamp (clock.py), if the file has one."""
+        return next((s for s, d in self.mapping.items() if d == "time"), None)
+
+    @property
     def value_columns(self) -> dict[str, str]:
-        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date")}
+        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date", "time")}
 
     @property
     def fields(self) -> list[str]:
@@ -70,8 +76,8 @@ def _sniff_separator(first_line: str) -> str:
     return max(counts, key=counts.get) if max(counts.values()) else ","
 
 
-def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None
-                   ) -> Source:
+def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None,
+                   na: tuple[str, ...] = ()) -> Source:
     """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
     schema: dict[str, pl.DataType] = {}
     try:
@@ -83,7 +89,8 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
-            enc, data = textscan.detect_encoding(path)
+            unpacked = packed.read(path)   # .csv.gz, .csv.zst, a .zip of one CSV: decompressed in memory
+            enc, data = unpacked if unpacked is not None else textscan.detect_encoding(path)
             text = _first_line(path, data).decode("utf-8", "replace")
             first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
             if not first.strip():
@@ -95,7 +102,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
     mapping = C.resolve_columns(cols, user_map)
-    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern)
+    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na))
     unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
     if "date" not in mapping.values() and unnamed:
         # pandas writes its index unnamed: to_csv() as the first column, to_parquet() as __index_level_0__
@@ -104,18 +111,30 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         if found is not None:
             src.mapping = mapping = {found: "date", **mapping}
     canon = set(mapping.values())
+    if isinstance(symbol_pattern, FixedSymbol) and src.symbol_column:
+        raise InputError(f"{path}: symbol {str(symbol_pattern)!r} given, but the input has a symbol column "
+                         f"{src.symbol_column!r}; leave the symbol out")
     if not src.symbol_column:
         symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
     if "date" not in canon:
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
         raise InputError(C.describe_missing("close", cols, str(path)))
+    if list(mapping.values()).count("time") > 1:
+        raise InputError(f"{path}: more than one time-of-day column: "
+                         f"{', '.join(s for s, d in mapping.items() if d == 'time')}; map one of them")
     forced = set(user_map or {})
     dropped = _unusable_types(src, schema, forced) if schema else []
     for col in dropped:
         del mapping[col]
     if src.head is None:
         src.head = _head(src)
+    tcol = src.time_column
+    if tcol is not None and src.head is not None and tcol not in forced and clock.holds_dates(src.head[tcol]):
+        # tushare's trade_time holds the whole stamp: it is the date column; the date-only one is left out
+        dropped.append(src.date_column)
+        del mapping[src.date_column]
+        mapping[tcol] = "date"
     text = _text_extras(src, forced)
     for col in text:
         del mapping[col]
@@ -165,13 +184,13 @@ def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str
         dt = schema[s]
         if d == "symbol":
             ok = dt.is_integer() or dt in (pl.String, pl.Categorical) or isinstance(dt, pl.Enum)
-        elif d == "date":
+        elif d in ("date", "time"):
             ok = dt.is_temporal() or dt.is_integer() or dt.is_float() or dt == pl.String
         else:
             ok = dt.is_numeric() or dt in (pl.String, pl.Null)
         if ok:
             continue
-        if d in ("symbol", "date") or d in C.BASE_FIELDS or s in forced:
+        if d in ("symbol", "date", "time") or d in C.BASE_FIELDS or s in forced:
             raise InputError(f"{src.path}: column {s!r} has type {dt}; {d} needs "
                              f"{'text' if d == 'symbol' else 'dates' if d == 'date' else 'numbers'}")
         out.append(s)
@@ -213,7 +232,7 @@ def _text_extras(src: Source, forced: set[str]) -> list[str]:
     Canonical fields and columns named in --map are never dropped: a bad value there is an error.
     """
     extras = [s for s, d in src.mapping.items()
-              if d not in ("symbol", "date") and d not in C.BASE_FIELDS and s not in forced]
+              if d not in ("symbol", "date", "time") and d not in C.BASE_FIELDS and s not in forced]
     head = src.head
     if not extras or head is None:
         return []
@@ -251,7 +270,8 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
         # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
         # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES if text_only else None, glob=False)
+                         null_values=C.NULL_VALUES + list(src.na) if text_only else (list(src.na) or None),
+                         glob=False)
     return lf.with_row_index("_row", offset=row_offset)
 
 
@@ -272,22 +292,28 @@ def read_source(src: Source) -> pl.DataFrame:
     return chunks[0] if len(chunks) == 1 else pl.concat(chunks)
 
 
-def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.DataFrame]:
+def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[float], None] | None = None,
+                whole: int | None = None) -> Iterator[pl.DataFrame]:
     """The rows of one file, normalised, in chunks of bounded size (one chunk for small files).
 
     Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
     Fast path: a typed polars parse of each chunk of whole lines (big CSVs are cut at line ends, each piece
     parsed with the header in front). Only if it fails is the file re-read as text to find the offending
     cell, so errors name file, line, column and value.
+
+    ``done``: called with the share of the file parsed so far (0..1) after each piece, for progress;
+    ``whole``: files up to this many bytes are parsed in one piece (a smaller value makes progress move).
     """
     symbol = symbol_from_name(src.path, src.symbol_pattern)
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src)
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
+    if src.time_column is not None:
+        keep.append(pl.col(src.time_column).alias("_time_raw"))
     n = 0
     try:
-        for piece in _pieces(src, chunk_bytes):
+        for piece, share in _pieces(src, chunk_bytes, whole):
             # Every column parsed, no projection: polars then rejects a line with more fields than the header
             # (textscan's count relies on it); the select runs on the frame in memory.
             parsed = _scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n).collect()
@@ -297,6 +323,8 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
             if df.height:
                 n += df.height
                 yield _finish_chunk(df, src)
+            if done is not None:
+                done(share)
     except pl.exceptions.PolarsError:
         if n:
             raise _explain_or_generic(src) from None
@@ -314,34 +342,36 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES) -> Iterator[pl.Data
         raise InputError(f"{src.path}: no data rows")
 
 
-def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
+def _pieces(src: Source, chunk_bytes: int, whole: int | None = None
+            ) -> Iterator[tuple[bytes | tuple[int, int] | None, float]]:
     """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each, each piece's
-    field counts checked before it is handed out (textscan.check_lines).
+    field counts checked before it is handed out (textscan.check_lines); with each, the share of the file read.
 
-    Yields None once for Parquet and for files up to WHOLE_FILE: polars reads those whole.
+    Yields None once for Parquet and for files up to ``whole`` bytes: polars reads those whole.
     """
     if is_parquet(src.path):
         yield from _parquet_slices(src.path, chunk_bytes)
         return
     n_fields = len(src.columns)
     size = len(src.data) if src.data is not None else os.path.getsize(src.path)
-    if size <= max(chunk_bytes, WHOLE_FILE):
+    if size <= max(chunk_bytes, WHOLE_FILE if whole is None else whole):
         buf = src.data if src.data is not None else textscan.map_file(src.path)
         textscan.check_lines(buf, src.separator, n_fields, src.path)
         del buf
-        yield src.data
+        yield src.data, 1.0
         return
     with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
         header = fh.readline()
         line = 2
         carry = b""
+        read = len(header)
         while True:
             block = fh.read(chunk_bytes)
             data = memoryview(carry + block if carry else block)
             if not block:
                 if len(data):
                     textscan.check_lines(data, src.separator, n_fields, src.path, line)
-                    yield b"".join((header, data))
+                    yield b"".join((header, data)), 1.0
                 return
             cut = bytes(data[-65536:]).rfind(b"\n")
             if cut < 0:                       # a line longer than 64 KiB: read on
@@ -350,26 +380,27 @@ def _pieces(src: Source, chunk_bytes: int) -> Iterator[bytes | None]:
             cut += len(data) - min(len(data), 65536) + 1
             carry = bytes(data[cut:])
             line += textscan.check_lines(data[:cut], src.separator, n_fields, src.path, line)
-            yield b"".join((header, data[:cut]))   # the one copy of each piece
+            read += cut
+            yield b"".join((header, data[:cut])), min(1.0, read / max(size, 1))   # the one copy of each piece
 
 
 PARQUET_WHOLE = 64 << 20   # Parquet files up to this size on disk are read in one go
 
 
-def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[int, int] | None]:
+def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[tuple[int, int] | None, float]]:
     """None (read it whole) for a small Parquet file, else ``(first row, rows)`` slices of about
     ``chunk_bytes`` of decoded values each: the file's row groups are decoded a slice at a time."""
     import pyarrow.parquet as pq   # pyarrow is a dependency; imported here to keep CSV-only runs light
 
     if os.path.getsize(path) <= PARQUET_WHOLE:
-        yield None
+        yield None, 1.0
         return
     meta = pq.ParquetFile(path).metadata
     rows = meta.num_rows
     decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
     per_slice = max(1, int(rows * chunk_bytes / max(decoded, 1)))
     for lo in range(0, rows, per_slice):
-        yield lo, min(per_slice, rows - lo)
+        yield (lo, min(per_slice, rows - lo)), min(rows, lo + per_slice) / rows
 
 
 def _explain_or_generic(src: Source) -> InputError:
@@ -407,6 +438,9 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         return location(src.path, rows[int(i)])
 
     raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
+    if "_time_raw" in df.columns:
+        raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
+        df = df.drop("_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)
     return df.with_columns(dates).drop("_date_raw")
 
@@ -444,6 +478,9 @@ def _explain_bad_value(src: Source) -> pl.DataFrame:
             bad = parsed.is_null() & col.is_not_null()
             if bad.any():
                 i = bad.arg_max()
+                cell = str(col[i]).strip()
+                hint = (f" (a missing-value marker? pass --na {cell!r})"
+                        if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
                 raise InputError(f"{src.where(df['_row'][i])}: column {C.short(s)}: non-numeric value "
-                                 f"{C.short(col[i])}")
+                                 f"{C.short(col[i])}{hint}")
     return df

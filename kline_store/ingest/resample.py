@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import barsize
 from ..store import sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
@@ -155,11 +156,16 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
             store at ``out`` without ``replace``.
     """
     st = store if isinstance(store, Store) else open_store(store)
+    if barsize.parse(freq) is not None:   # weekly or monthly bars from a daily store: barsize.py
+        return barsize.resample_days(st, out, barsize.parse(freq), wait=wait, replace=replace)  # type: ignore
     target = TA.parse_freq(freq)
     if st.freq == TA.DAILY:
-        raise InputError(f"{st.path}: a daily store; resample makes coarser bars of an intraday store")
+        raise InputError(f"{st.path}: a daily store; resample makes coarser bars of an intraday store, and weekly "
+                         f"or monthly bars of a daily one (--freq 1w, --freq 1mo)")
     src_min = TA.minutes(st.freq)
-    if TA.minutes(target) <= src_min or (target != TA.DAILY and TA.minutes(target) % src_min):
+    if TA.minutes(target) <= src_min:
+        raise InputError(f"--freq {target}: not coarser than the store's {st.freq} bars; choose a coarser size")
+    if target != TA.DAILY and TA.minutes(target) % src_min:
         raise InputError(f"--freq {target}: not a multiple of the store's {st.freq} bars; choose a coarser size "
                          f"that {st.freq} divides")
     out = Path(out)

@@ -181,5 +181,9 @@ def _check_block(seg: np.ndarray, ends: np.ndarray, s: int, k: int, inside: np.n
         i = int(np.argmax(bad))
         got = int(count[i]) + 1
         why = "a cut line?" if got < k + 1 else "an unquoted separator inside a value, such as a thousands separator?"
+        rest = count[i:][~blank[i:]]
+        if got > k + 1 and line + i == 2 and (rest == count[i]).all():   # every line: the header is what is short
+            why = (f"every line has {got}: the header names fewer columns than the lines hold (a column without "
+                   f"a name, or a separator at the end of each line?)")
         raise InputError(f"{path}: line {line + i}: {got} field{'s' if got != 1 else ''}, the header has "
                          f"{k + 1} ({why})")

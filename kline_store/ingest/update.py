@@ -26,12 +26,12 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P
+from . import adjust, barsize, columns as C, exchanges as XC, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars
 from ..errors import InputError, StoreError
-from .inputs import as_input_list
+from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .report import IngestReport
 from ..store.snapshot import Store, open_store
 
@@ -56,7 +56,9 @@ class Plan:
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
-           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None) -> IngestReport:
+           wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           exclude: Sequence[str] = ()) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -66,22 +68,35 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         strict: data-quality warnings become errors.
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
+        symbol: the symbol of a single input without a symbol column (``--symbol``).
+        na, skip_bad, exclude: as for ``ingest``.
+
+    ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     t0 = time.perf_counter()
+    if FR.is_frame(inputs):
+        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
+            return append(store, [path], map=map, user_map=user_map, strict=strict, dry_run=dry_run, wait=wait,
+                          quiet=quiet, symbol=symbol, na=na)
+    if not isinstance(store, (str, os.PathLike)):
+        raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
+    if symbol is not None:
+        symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
     bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                     symbol_pattern=symbol_pattern)
+                     symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad, exclude=tuple(exclude or ()))
+    barsize.check_append(mf.read_manifest(store_dir), bars, store_dir)   # weekly bars into a daily store: no
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars)
             version = old.version
-            freq = old.freq
+            freq = old.manifest.get("bar") or old.freq
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
@@ -98,7 +113,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             if plan.mode != "none":
                 W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
-            freq = committed.get("freq", "1d")
+            freq = committed.get("bar") or committed.get("freq", "1d")
     cal = TA.stamps(plan.calendar, plan.unit)
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
@@ -112,10 +127,13 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
             ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
     }
+    if plan.new_symbols and symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
+        extra["new symbols"] += (", named after the input file name(s): to add the bars to a stored symbol, pass "
+                                 "--symbol NAME (symbol=) for one file, or --symbol-pattern")
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq)
+                        freq=freq, skipped_files=bars.skipped)
 
 
 def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
@@ -147,8 +165,10 @@ def make_plan(old: Store, bars: Bars) -> Plan:
     if axis.sessions is not None:
         # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
         # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
-        cal = np.union1d(old_days, np.union1d(days, SE.calendar(np.r_[days, old_days[-1:]], axis.sessions,
-                                                                axis.freq)))
+        span = np.r_[days, old_days[-1:]]
+        sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp)
+                        if axis.exchange else SE.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
+        cal = np.union1d(old_days, np.union1d(days, sessions_cal))
         outside = ~np.isin(days, cal)
         if outside.any():
             i = int(np.flatnonzero(outside)[0])

@@ -13,7 +13,7 @@ from typing import Callable
 import polars as pl
 
 from . import adjust
-from .inputs import location
+from .inputs import location, shown
 
 MAX_EXAMPLES = 3
 
@@ -64,7 +64,7 @@ def describe_row(df: pl.DataFrame, i: int, files: list[Path]) -> str:
     r = df.row(i, named=True)
     f = files[r["_file"]]
     when = str(r["date"]).removesuffix(" 00:00:00")   # a daily bar shows its date, an intraday one its time
-    return f"{r['symbol']} {when} ({f} {location(f, r['_row'])})"
+    return f"{r['symbol']} {when} ({shown(f)} {location(f, r['_row'])})"
 
 
 def merge_problems(acc: list[Problem], new: list[Problem]) -> list[Problem]:

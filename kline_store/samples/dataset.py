@@ -85,6 +85,8 @@ class KlineDataset(torch.utils.data.Dataset):
         days: "calendar" (windows of consecutive calendar days) or "symbol" (the symbol's own last ``window``
             bars; suspended days are skipped; label ``horizon`` bars later).
         version: store version to read (default: the current one, or the open Store's).
+        symbols: only these symbols' windows (names; default all). ``sample["symbol"]`` stays the index into
+            ``store.symbols``.
 
     Raises:
         InputError: unknown field, window longer than the calendar, no valid window in range, adjust without
@@ -96,12 +98,14 @@ class KlineDataset(torch.utils.data.Dataset):
                  label: str | None = None,
                  adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
                  missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
-                 days: Literal["calendar", "symbol"] = "calendar", version: int | None = None) -> None:
+                 days: Literal["calendar", "symbol"] = "calendar", version: int | None = None,
+                 symbols: Sequence[str] | str | None = None) -> None:
         super().__init__()
         store = path if isinstance(path, Store) else None
         self.path = Path(store.path if store is not None else path)
         self.spec = SampleSpec.make(window, fields, horizon, start, end, label=label, adjust=adjust,
-                                    normalize=normalize, missing=missing, max_missing=max_missing, days=days)
+                                    normalize=normalize, missing=missing, max_missing=max_missing, days=days,
+                                    symbols=symbols)
         if store is not None:
             version = store.version if version is None else version
         self._store: Store | None = store if store is not None and version == store.version else None
@@ -127,8 +131,23 @@ class KlineDataset(torch.utils.data.Dataset):
 
     def _build_index(self) -> None:
         self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
+        if self.spec.symbols is not None:
+            rows = self._symbol_rows()
+            keep = np.isin(self._valid // self.store.n_dates, rows)
+            self._valid = self._valid[keep]
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
+
+    def _symbol_rows(self) -> np.ndarray:
+        """Store rows of ``symbols=``; one line naming the first unknown one."""
+        st = self.store
+        index = {s: i for i, s in enumerate(st.symbols)}
+        unknown = [s for s in self.spec.symbols or () if s not in index]
+        if unknown:
+            raise InputError(f"{st.path}: no symbol {unknown[0]!r}" + (f" (and {len(unknown) - 1} more)"
+                             if len(unknown) > 1 else "") + f" among its {st.n_symbols:,} symbols ("
+                             + ", ".join(st.symbols[:5]) + (", ...)" if st.n_symbols > 5 else ")"))
+        return np.asarray([index[s] for s in self.spec.symbols or ()], dtype=np.int64)
 
     def _explain_empty(self) -> str:
         st, p = self.store, self.plan

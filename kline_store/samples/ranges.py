@@ -13,37 +13,19 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InputError
+from ..store.periods import index_bounds, parse_when
 
 DateLike = str | np.datetime64 | _dt.date | None
 
 
 def to_time(value: DateLike, what: str) -> np.datetime64 | None:
-    """A date or time argument as ``datetime64`` (None stays None): ``datetime64[D]`` for a date ("2020-07-01",
-    ``datetime.date``), ``datetime64[m]`` for a time of day ("2020-07-01 10:30", ``datetime.datetime``).
+    """A date or time argument as ``datetime64`` (None stays None), in the unit it was written in: a partial date
+    (``"2012"``, ``"2012-03"``) stands for its whole period, as in pandas (store/periods.py).
 
     Raises:
         InputError: naming the argument, when the value is not a date or time.
     """
-    if value is None:
-        return None
-    given = value
-    try:
-        if isinstance(value, _dt.datetime):
-            value = np.datetime64(value.replace(tzinfo=None), "m")
-        elif isinstance(value, _dt.date):
-            value = np.datetime64(value, "D")
-        elif hasattr(value, "to_datetime64"):  # pandas.Timestamp without importing pandas
-            value = value.to_datetime64()
-        elif isinstance(value, str):
-            value = np.datetime64(value.strip().replace(" ", "T"))
-        t = np.datetime64(value)
-    except (ValueError, TypeError):
-        raise InputError(f"{what}={given!r}: not a date; use 'YYYY-MM-DD' (or 'YYYY-MM-DD HH:MM' for intraday "
-                         f"stores), datetime.date or numpy.datetime64") from None
-    if np.isnat(t):
-        raise InputError(f"{what}={given!r}: not a date")
-    unit = np.datetime_data(t.dtype)[0]
-    return t.astype("datetime64[D]") if unit in ("Y", "M", "W", "D") else t.astype("datetime64[m]")
+    return parse_when(value, what)
 
 
 to_day = to_time   # the name of earlier releases
@@ -55,20 +37,13 @@ def date_bounds(dates: np.ndarray, start: DateLike = None, end: DateLike = None)
     Args:
         dates: the sorted calendar (``datetime64[D]`` days, or ``datetime64[m]`` bar stamps).
         start: first allowed date or time of ``t`` (None: the calendar's start).
-        end: last allowed date or time of a label (None: the calendar's end); a date includes every bar of it.
+        end: last allowed date or time of a label (None: the calendar's end); a date includes every bar of it,
+            a partial date (``"2012"``, ``"2012-03"``) every bar of its year or month.
 
     Returns:
         ``(lo, hi)``: ``t >= lo`` and label bar ``<= hi``. ``lo > hi`` when the range holds no bar.
     """
-    s, e = to_time(start, "start"), to_time(end, "end")
-    lo = 0 if s is None else int(np.searchsorted(dates, s, side="left"))
-    if e is None:
-        hi = len(dates) - 1
-    elif np.datetime_data(e.dtype)[0] == "D":
-        hi = int(np.searchsorted(dates, e + np.timedelta64(1, "D"), side="left")) - 1
-    else:
-        hi = int(np.searchsorted(dates, e, side="right")) - 1
-    return lo, hi
+    return index_bounds(dates, start, end)
 
 
 def split_bounds(dates: np.ndarray, ranges: Sequence[tuple[DateLike, DateLike] | None], embargo: int,

@@ -77,12 +77,20 @@ class SampleSpec:
     missing: Literal["drop", "ffill"] = "drop"
     max_missing: int | None = None
     days: Literal["calendar", "symbol"] = "calendar"
+    symbols: tuple[str, ...] | None = None
 
     @classmethod
     def make(cls, window: int = 64, fields: Sequence[str] | str | None = None, horizon: int | None = None,
              start: DateLike = None, end: DateLike = None, **options: object) -> SampleSpec:
         """A spec from loosely typed arguments: one field name as a string, dates in any accepted form."""
         names = None if fields is None else ((fields,) if isinstance(fields, str) else tuple(fields))
+        symbols = options.pop("symbols", None)
+        if symbols is not None:
+            if isinstance(symbols, str):
+                symbols = (symbols,)
+            elif not isinstance(symbols, (list, tuple)) or not all(isinstance(s, str) for s in symbols):
+                raise InputError(f"symbols: expected a list of symbol names, got {type(symbols).__name__}")
+            options["symbols"] = tuple(symbols)
         h = None if horizon is None else _count("horizon", horizon)
         return cls(window=_count("window", window), horizon=h, fields=names, start=to_time(start, "start"),
                    end=to_time(end, "end"), **options)  # type: ignore[arg-type]
@@ -98,6 +106,12 @@ class SampleSpec:
             raise InputError("days='symbol' windows have no missing days; use missing='drop' with them")
         if self.max_missing is not None and self.missing != "ffill":
             raise InputError("max_missing applies to missing='ffill' only")
+        if self.symbols is not None:
+            if not self.symbols:
+                raise InputError("symbols=[]: give at least one symbol (or None for all)")
+            if len(set(self.symbols)) != len(self.symbols):
+                raise InputError(f"symbols: {next(s for s in self.symbols if self.symbols.count(s) > 1)!r} is "
+                                 f"listed twice")
         if self.fields is not None:
             if not self.fields:
                 raise InputError("fields=[]: give at least one field")

@@ -21,12 +21,18 @@ class Splits(NamedTuple):
     valid: Any
     test: Any
 
+    @property
+    def val(self) -> Any:
+        """The validation split under Lightning's name (``valid`` and ``val`` are the same split)."""
+        return self.valid
+
 
 def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike],
                 valid: tuple[DateLike, DateLike] | None = None,
                 test: tuple[DateLike, DateLike] | None = None, *, window: int = 64,
                 fields: Sequence[str] | None = None, horizon: int | None = None, embargo: int | None = None,
-                cross_section: bool = False, **options: Any) -> Splits:
+                cross_section: bool = False, val: tuple[DateLike, DateLike] | None = None,
+                symbols: Sequence[str] | None = None, **options: Any) -> Splits:
     """Train/valid/test datasets over consecutive date ranges, with an embargo between them.
 
     Each range is ``(start, end)``: ``t``'s date ``>= start`` and every label's date ``<= end``. The embargo is
@@ -38,7 +44,7 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
     Args:
         path: store directory or open Store.
         train: ``(start, end)`` of the train split (None for an open end).
-        valid: ``(start, end)`` or None.
+        valid: ``(start, end)`` or None; ``val=`` is the same (Lightning's name), give one of them.
         test: ``(start, end)`` or None.
         window: days per window.
         fields: input fields.
@@ -46,6 +52,7 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
         embargo: trading days that must separate a split's last label day from the next split's first ``t``
             (default: ``horizon``; at least ``horizon`` is enforced).
         cross_section: build :class:`CrossSectionDataset` s instead of :class:`KlineDataset` s.
+        symbols: only these symbols' windows, in every split (names; default all).
         **options: other dataset options (label, adjust, normalize, missing, days, ...).
 
     Returns:
@@ -54,6 +61,15 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
     Raises:
         InputError: overlapping ranges, a split left without days or valid windows.
     """
+    if val is not None:
+        if valid is not None:
+            raise InputError("make_splits: valid= and val= are the same split; give one of them")
+        valid = val
+    unknown = sorted(k for k in options if k in ("validation", "eval", "dev"))
+    if unknown:
+        raise InputError(f"make_splits: unknown split {unknown[0]!r}; the splits are train, val (or valid), test")
+    if symbols is not None:
+        options["symbols"] = symbols
     st = path if isinstance(path, Store) else open_store(path)
     if horizon is None:   # a features store's label is read as far ahead as it looks
         _, label, reach = field_roles(st.manifest)
@@ -62,7 +78,7 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
     if embargo < horizon:
         raise InputError(f"embargo={embargo} is shorter than horizon={horizon}: labels of one split would reach "
                          f"into the next")
-    bounds = split_bounds(st.dates, [train, valid, test], embargo, ["train", "valid", "test"])
+    bounds = split_bounds(st.dates, [train, valid, test], embargo, ["train", "val", "test"])
     cls = CrossSectionDataset if cross_section else KlineDataset
     made: list[Any] = []
     stats = options.pop("stats", None)
@@ -72,7 +88,7 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
             continue
         lo, hi = b
         if lo > hi or lo >= st.n_dates or hi < 0:
-            raise InputError(f"split {['train', 'valid', 'test'][len(made)]} holds no trading day")
+            raise InputError(f"split {['train', 'val', 'test'][len(made)]} holds no trading day")
         ds = cls(st, window, fields, horizon, st.dates[lo], st.dates[hi], stats=stats, **options)
         if stats is None and options.get("normalize") == "zscore":
             stats = ds.stats  # train statistics for every later split

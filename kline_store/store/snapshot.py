@@ -13,10 +13,11 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs, timeaxis as TA
+from . import frames, lock, manifest as mf, safefs, timeaxis as TA
 from ..errors import InputError, StoreError
 from ..progress import track
 
@@ -35,6 +36,7 @@ class Store:
         self.symbols: list[str] = list(m["symbols"])
         self.fields: list[str] = list(m["fields"])
         self.freq: str = m.get("freq", TA.DAILY)   # "1d", or the bar size of an intraday store ("1min")
+        self.bar: str = m.get("bar") or self.freq    # how long a bar is: "1w"/"1mo" on a daily axis, else freq
         self.dates: np.ndarray = np.array(m["calendar"], dtype=f"datetime64[{TA.unit(self.freq)}]")
         shape = m["shape"]
         self.n_symbols, self.n_dates, self.n_fields = shape["n_symbols"], shape["n_dates"], shape["n_fields"]
@@ -118,6 +120,28 @@ class Store:
         except ValueError:
             raise InputError(f"{self.path}: no symbol {symbol!r}") from None
 
+    def symbol_summary(self) -> list[dict]:
+        """Per symbol: its first and last bar (ISO text, None without bars) and its number of bars."""
+        counts = np.zeros(self.n_symbols, dtype=np.int64)
+        step = max(1, (64 << 20) // max(1, self.n_dates * self.n_fields * 4))
+        for lo in range(0, self.n_symbols, step):
+            counts[lo: lo + step] = np.isfinite(self.panel[lo: lo + step]).any(axis=2).sum(axis=1)
+        iso = TA.iso(self.dates)
+        return [{"symbol": s, "first": iso[f] if f >= 0 else None, "last": iso[la] if la >= 0 else None,
+                 "bars": int(c)} for s, f, la, c in zip(self.symbols, self.first_bar, self.last_bar, counts)]
+
+    def to_polars(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
+                  fields: Sequence[str] | str | None = None, wide: bool = False):
+        """The store (or a selection) as a polars DataFrame: long format, one row per bar (``symbol``, ``date``
+        or ``time``, fields), sorted by symbol and date; ``wide=True``: one field as date x symbol. ``start`` and
+        ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). See store/frames.py."""
+        return frames.to_polars(self, symbols, start, end, fields, wide)
+
+    def to_pandas(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
+                  fields: Sequence[str] | str | None = None, wide: bool = False):
+        """As :meth:`to_polars`, a pandas DataFrame (``wide=True``: indexed by date, one column per symbol)."""
+        return frames.to_pandas(self, symbols, start, end, fields, wide)
+
     @property
     def logical_bytes(self) -> int:
         return self.n_symbols * self.n_dates * self.n_fields * 4
@@ -127,7 +151,7 @@ class Store:
         want = np.asarray(self.manifest["data"]["row_crc32"], dtype=np.uint32)
         problems = []
         panel = self._raw
-        for i in track(range(self.n_symbols), "checksums", unit="rows"):
+        for i in track(range(self.n_symbols), "checksums", unit="symbols"):
             got = zlib.crc32(np.ascontiguousarray(panel[i, : self.n_dates]).data) if self.n_dates else 0
             if got != int(want[i]):
                 problems.append(f"{self.data_file.name}: checksum mismatch in row {i} (symbol {self.symbols[i]})")
@@ -144,7 +168,7 @@ class Store:
             "n_bars": m.get("n_bars"), "shape": [self.n_symbols, self.n_dates, self.n_fields],
             "dtype": "float32", "data_file": self.data_file.name, "bytes": self.logical_bytes,
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
-            "freq": self.freq, "timezone": m.get("timezone", "exchange-local, naive"),
+            "freq": self.freq, "bar": self.bar, "timezone": m.get("timezone", "exchange-local, naive"),
             "sessions": m.get("sessions"),
         }
 

@@ -130,7 +130,7 @@ class NewGeneration:
         except BaseException:
             self.abort()
             raise
-        self.progress = Progress(rows, "writing", unit="rows")   # blocks built, written and checksummed
+        self.progress = Progress(rows, "writing", unit="symbols")   # symbol rows built, written and checksummed
 
     def write(self, lo: int, block: np.ndarray) -> None:
         """Write rows ``lo .. lo + len(block)`` (each [n_dates, n_fields] float32) and checksum them."""

@@ -40,6 +40,7 @@ def test_round_trip_through_ingest(store, tmp_path, name):
 def test_bad_targets(store, tmp_path):
     with pytest.raises(InputError, match="unknown export format"):
         export(store, tmp_path / "out.xlsx")
-    with pytest.raises(InputError, match="does not exist"):
-        export(store, tmp_path / "nowhere" / "out.csv")
-    assert not (tmp_path / "nowhere").exists()
+    assert export(store, tmp_path / "nowhere" / "deep" / "out.csv") > 0   # a new nested folder is made (#18)
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(InputError, match="cannot make the export's folder"):
+        export(store, tmp_path / "afile" / "sub" / "out.csv")

@@ -202,7 +202,8 @@ def test_bar_size_options_and_messages(real, tmp_path):
     for args, msg in ((["--freq", "7min"], "divide a day"), (["--freq", "2d"], "longer than a day"),
                       (["--sessions", "tokyo"], "not a template"), (["--stamp", "end"], "applies with --sessions")):
         r = run_cli("ingest", str(p), "-o", str(tmp_path / "bad"), *args)
-        assert r.returncode == 1 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+        code = 2 if args[0] == "--freq" else 1      # a bad --freq is a usage error (#18)
+        assert r.returncode == code and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
     daily = write(tmp_path / "day.csv", "date,close\n2024-01-02 15:00:00,1\n2024-01-03 15:00:00,2\n")
     ingest([daily], tmp_path / "dd")
     assert open_store(tmp_path / "dd").freq == "1d"                               # a close stamp stays daily

@@ -1,0 +1,82 @@
+"""DataFrames in: a pandas or polars frame handed to ``ks.ingest`` / ``ks.append`` is read like a file.
+
+Long format (a symbol column, a date column, fields) or one symbol's bars (a date column or a date index, and
+``symbol=``). The frame is written once to a Parquet file in a private temporary folder and read by the same
+code as any input, so it gets the same checks and messages; a message names ``DataFrame: row N`` (N counts
+the frame's rows from 1) instead of the temporary file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator
+
+from . import columns as C
+from ..errors import InputError
+
+LABEL = "DataFrame"
+
+
+def is_frame(obj: Any) -> bool:
+    """True for a pandas or polars DataFrame (or a polars LazyFrame), without importing pandas."""
+    mod = type(obj).__module__.split(".")[0]
+    return mod in ("pandas", "polars") and type(obj).__name__ in ("DataFrame", "LazyFrame")
+
+
+def describe(obj: Any) -> str:
+    """An argument for a one-line message: paths as written, anything else by its type."""
+    return repr(str(obj)) if isinstance(obj, str) else f"a {type(obj).__module__.split('.')[0]}.{type(obj).__name__}"
+
+
+def to_polars(frame: Any):
+    """A pandas frame (its index kept as columns unless it is a plain RangeIndex) or a polars one, as polars."""
+    import polars as pl
+
+    if isinstance(frame, pl.LazyFrame):
+        frame = frame.collect()
+    if isinstance(frame, pl.DataFrame):
+        return frame
+    import pandas as pd
+
+    df = frame
+    idx = df.index
+    plain = isinstance(idx, pd.RangeIndex) and idx.name is None
+    if not plain:
+        if isinstance(idx, pd.MultiIndex):
+            df = df.reset_index()
+        else:
+            df = df.reset_index(names=idx.name if idx.name is not None else
+                                "date" if isinstance(idx, pd.DatetimeIndex) else "index")
+    df.columns = [str(c) for c in df.columns]
+    try:
+        return pl.from_pandas(df)
+    except Exception as exc:  # an object column of mixed types, ...
+        raise InputError(f"{LABEL}: cannot convert to columns ({' '.join(str(exc).split())[:200]})") from None
+
+
+@contextlib.contextmanager
+def as_file(frame: Any, symbol: str | None, user_map: dict[str, str] | None) -> Iterator[Path]:
+    """The frame as a Parquet file for the duration of the block; InputErrors name the frame, not the file."""
+    df = to_polars(frame)
+    if df.height == 0:
+        raise InputError(f"{LABEL}: no rows")
+    mapped = C.resolve_columns(list(df.columns), user_map)
+    if "symbol" not in mapped.values() and not symbol:
+        raise InputError(f"{LABEL}: no symbol column (columns: {C.preview(list(df.columns))}); pass "
+                         f"symbol='NAME' for one symbol's bars, or add a symbol column")
+    folder = Path(tempfile.mkdtemp(prefix="kline-frame-"))
+    path = folder / f"{LABEL}.parquet"
+    try:
+        try:
+            df.write_parquet(path)
+        except Exception as exc:
+            raise InputError(f"{LABEL}: cannot write its columns ({' '.join(str(exc).split())[:200]})") from None
+        try:
+            yield path
+        except InputError as exc:
+            raise InputError(str(exc).replace(str(path), LABEL)) from None
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
