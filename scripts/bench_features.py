@@ -38,7 +38,7 @@ import qlib
 from qlib.data import D
 uri, exprs_file, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 exprs = json.load(open(exprs_file))
-qlib.init(provider_uri=uri, region="cn", expression_cache=None, dataset_cache=None, kernels=1)
+qlib.init(provider_uri=uri, region="cn", expression_cache=None, dataset_cache=None)
 t_init = time.perf_counter()
 times = []
 for _ in range(repeat):
@@ -47,8 +47,31 @@ for _ in range(repeat):
     times.append(time.perf_counter() - t0)
 print(json.dumps({"best_s": min(times), "runs_s": times, "cells": int(df.size), "rows": int(len(df)),
                   "init_s": t_init - t_start, "process_s": time.perf_counter() - t_start,
-                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mib": [int(l.split()[1]) / 1024 for l in open("/proc/self/status")
+                                   if l.startswith("VmHWM:")][0]}))
 """
+
+
+HWM = ("import atexit, runpy, sys\n"
+       "out = sys.argv.pop(1)\n"
+       "def report():\n"
+       "    hwm = [l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+       "    open(out, 'w').write(hwm)\n"
+       "atexit.register(report)\n"
+       "sys.argv[0] = 'kline-store'\n"
+       "runpy.run_module('kline_store.cli', run_name='__main__')\n")
+
+
+def command(args: list[str], work: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MiB) of `kline-store ARGS` as a process. The peak is the process's own VmHWM
+    (ru_maxrss of a child would inherit this benchmark's high-water mark across fork and exec)."""
+    hwm = work / "hwm.txt"
+    t0 = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", HWM, str(hwm), *args], capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"failed: kline-store {' '.join(args)}: {done.stderr[-500:]}")
+    return wall, int(hwm.read_text()) / 1024
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -73,8 +96,7 @@ def qlib_comparison(work: Path, repeat: int, skip_qlib: bool) -> dict:
     exprs = {**alpha158(), **label()}
     ks.compute_features(store, feats, sets=["alpha158"])                     # warm: imports, first call
     ours = timed(lambda: ks.compute_features(store, feats, sets=["alpha158"], replace=True), repeat)
-    cli_s, cli_rss = run([sys.executable, "-m", "kline_store.cli", "features", str(store), "-o", str(work / "cli"),
-                          "-q"])
+    cli_s, cli_rss = command(["features", str(store), "-o", str(work / "cli"), "-q"], work)
     st = ks.open_store(store)
     out = {"symbols": st.n_symbols, "days": st.n_dates, "ours_best_s": min(ours), "ours_runs_s": ours,
            "ours_command_s": cli_s, "ours_command_peak_rss_mib": cli_rss}
@@ -110,7 +132,7 @@ def scale(work: Path, n_sym: int, n_days: int) -> dict:
     csv.unlink()
     exe = [sys.executable, "-m", "kline_store.cli"]
     run(exe + ["ingest", str(work / "history.csv"), "-o", str(work / "base"), "-q"])
-    full_s, full_rss = run(exe + ["features", str(work / "base"), "-o", str(work / "feats"), "-q"])
+    full_s, full_rss = command(["features", str(work / "base"), "-o", str(work / "feats"), "-q"], work)
     out_bytes = sum(p.stat().st_blocks * 512 for p in (work / "feats").glob("data-*.f32"))
     run(exe + ["append", str(work / "base"), str(work / "day.csv"), "-q"])
     code = ("import time, json, kline_store as ks; t=time.perf_counter(); "
@@ -118,7 +140,7 @@ def scale(work: Path, n_sym: int, n_days: int) -> dict:
             "print(json.dumps({'s': time.perf_counter()-t, 'mode': r.mode}))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     upd = json.loads(done.stdout.strip().splitlines()[-1])
-    upd_cmd_s, upd_rss = run(exe + ["features", str(work / "feats"), "--update", "-q"])   # nothing new: start-up
+    upd_cmd_s, _ = command(["features", str(work / "feats"), "--update", "-q"], work)   # nothing new: start-up
     return {"symbols": n_sym, "days": n_days, "fields": 159, "full_command_s": full_s,
             "full_peak_rss_mib": full_rss, "output_gib": out_bytes / 2**30, "update_s": upd["s"],
             "update_mode": upd["mode"], "update_share_of_full": upd["s"] / full_s,
