@@ -31,6 +31,7 @@ class Evaluation:
     values: Tensor  # float32 [S, T, n_expr]
     names: tuple[str, ...]
     missing_fields: frozenset[str]  # fields the expressions read that `values` lacked: read as NaN, as Qlib
+    n_computed: int  # distinct operator nodes evaluated (each once, however often the expressions share it)
 
 
 def lookback(node: Node) -> int | None:
@@ -115,4 +116,4 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
     for k, root in enumerate(roots):
         res = cache[root] if not isinstance(root, Const) else mask(torch.full_like(sample, root.value), span)
         out[..., k] = res.to(torch.float32)
-    return Evaluation(out, tuple(named), missing)
+    return Evaluation(out, tuple(named), missing, len(order))

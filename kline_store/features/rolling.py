@@ -1,4 +1,7 @@
-"""Qlib's single-series rolling operators (pandas rolling(N, min_periods=1); N = 0 is expanding).
+"""Qlib's single-series rolling operators that need whole windows: Skew, Kurt, Quantile, Med, Mad, Rank,
+IdxMax, IdxMin, WMA; and Ref, Delta. (Sum, Mean, Std, ... are window sums, in moments.py.)
+
+pandas rolling(N, min_periods=1); N = 0 is expanding.
 
 Every function takes x [S, T] (NaN outside the symbol's span, see window.py), the window N and the Span, and
 returns float64 [S, T]: pandas computes rolling statistics in float64 whatever the input, so the engine does.
@@ -41,34 +44,6 @@ def _apply(fn, x: Tensor, n: int, span: Span) -> Tensor:
     return rolling(fn, [_f64(x)], _n(n, span), span)
 
 
-def r_sum(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        out = torch.where(valid, w, 0).sum(-1)
-        return torch.where(valid.any(-1), out, _NAN)
-    return _apply(f, x, n, span)
-
-
-def r_mean(x: Tensor, n: int, span: Span) -> Tensor:
-    return _apply(lambda w, _age: _moments(w)[2], x, n, span)
-
-
-def r_count(x: Tensor, n: int, span: Span) -> Tensor:
-    return _apply(lambda w, _age: (~torch.isnan(w)).sum(-1).to(torch.float64), x, n, span)
-
-
-def r_var(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid, count, mean = _moments(w)
-        m2 = _central(w, valid, mean).square().sum(-1)
-        return torch.where(count >= 2, m2 / (count - 1), _NAN)
-    return _apply(f, x, n, span)
-
-
-def r_std(x: Tensor, n: int, span: Span) -> Tensor:
-    return r_var(x, n, span).sqrt()
-
-
 def r_skew(x: Tensor, n: int, span: Span) -> Tensor:
     def f(w, _age):
         valid, count, mean = _moments(w)
@@ -88,25 +63,6 @@ def r_kurt(x: Tensor, n: int, span: Span) -> Tensor:
         out = k / ((count - 2) * (count - 3))
         return torch.where((count >= 4) & (b > 1e-14), out, _NAN)
     return _apply(f, x, n, span)
-
-
-def _extreme(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
-    fill = float("-inf") if largest else float("inf")
-
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        filled = torch.where(valid, w, fill)
-        out = filled.amax(-1) if largest else filled.amin(-1)
-        return torch.where(valid.any(-1), out, _NAN)
-    return _apply(f, x, n, span)
-
-
-def r_max(x: Tensor, n: int, span: Span) -> Tensor:
-    return _extreme(x, n, span, True)
-
-
-def r_min(x: Tensor, n: int, span: Span) -> Tensor:
-    return _extreme(x, n, span, False)
 
 
 def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:

@@ -42,3 +42,34 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, rtol: float = 1e-4, atol: fl
     inf = np.isinf(theirs) & ~np.isfinite(ours)
     close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
     return both_nan | inf | close
+
+
+def real_data() -> Path:
+    """The shared real-data folder (KLINE_REAL_DATA, else ../shared/data/real beside the repository), or skip."""
+    env = os.environ.get("KLINE_REAL_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
+    if not path.is_dir():
+        pytest.skip(f"real data not found at {path}")
+    return path
+
+
+def csv_panel(folder: Path, fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
+    """One file per A-share symbol (date + fields) as a panel: the union of the dates, each symbol's span from
+    its first to its last file row, NaN on the days inside the span it lacks (Qlib pads them so too)."""
+    import pandas as pd
+
+    frames = {f.stem: pd.read_csv(f, dtype={"date": str}) for f in sorted(folder.glob("*.csv"))}
+    if not frames:
+        pytest.skip(f"no CSV files in {folder}")
+    dates = np.array(sorted(set().union(*(set(df["date"]) for df in frames.values()))))
+    index = {d: i for i, d in enumerate(dates)}
+    values = np.full((len(fields), len(frames), len(dates)), np.nan, dtype=np.float32)
+    first, last, names = [], [], []
+    for s, (code, df) in enumerate(frames.items()):
+        pos = df["date"].map(index).to_numpy()
+        values[:, s, pos] = df[list(fields)].to_numpy(dtype=np.float32).T
+        first.append(pos.min())
+        last.append(pos.max())
+        names.append(("SH" if code.startswith("6") else "SZ") + code)
+    return {"dates": dates, "symbols": np.array(names), "fields": np.array(fields), "values": values,
+            "first": np.array(first, dtype=np.int64), "last": np.array(last, dtype=np.int64)}

@@ -1,0 +1,175 @@
+"""Fast window sums for the moment-based operators: Sum, Mean, Count, Std, Var, Max, Min, Corr, Cov, Slope,
+Rsquare, Resi.
+
+Each statistic is assembled from window sums of per-bar tensors (NaN filled with 0, validity as 0/1), and a
+window sum is `unfold(...).sum(-1)` over a view: every window summed afresh, no running sum that drifts, so
+a window of zeros sums to exactly 0 (Qlib's SUMP-style 0/(0+1e-12) stays 0). Second moments are taken about a
+per-symbol centre (the series' mean), which keeps the usual sum-of-squares cancellation far below float64's
+resolution for prices and volumes; a window whose valid values are all equal gets variance exactly 0, as
+pandas gives it (it counts repeated values), so Qlib's std guards (|std| <= 2e-5) see the same zeros.
+N = 0 (expanding) is a window as long as the block.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+from torch.nn.functional import pad
+
+from .window import Span
+
+_NAN = float("nan")
+
+
+def wsum(z: Tensor, n: int) -> Tensor:
+    """Sum of z over the n bars ending at each bar (bars before the block count as 0)."""
+    if n >= z.shape[1]:
+        return z.cumsum(1)  # expanding: a running sum from the block's start, no differences taken
+    return pad(z, (n - 1, 0)).unfold(1, n, 1).sum(-1)
+
+
+def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
+    if n >= z.shape[1]:
+        return (z.cummax(1) if largest else z.cummin(1)).values
+    fill = float("-inf") if largest else float("inf")
+    win = pad(z, (n - 1, 0), value=fill).unfold(1, n, 1)
+    return win.amax(-1) if largest else win.amin(-1)
+
+
+class Prepared:
+    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its mean."""
+
+    def __init__(self, x: Tensor, valid: Tensor | None = None):
+        x = x.to(torch.float64)
+        self.valid = ~torch.isnan(x) if valid is None else valid
+        self.v = self.valid.to(torch.float64)
+        self.raw = torch.where(self.valid, x, 0)
+        centre = self.raw.sum(1, keepdim=True) / self.v.sum(1, keepdim=True).clamp(min=1)
+        self.d = torch.where(self.valid, x - centre, 0)
+        self.filled_hi = torch.where(self.valid, x, float("-inf"))
+        self.filled_lo = torch.where(self.valid, x, float("inf"))
+
+    def flat(self, n: int) -> Tensor:
+        """Windows whose valid values are all equal."""
+        return wmax(self.filled_hi, n) == wmax(self.filled_lo, n, largest=False)
+
+
+def _n(n: int, span: Span) -> int:
+    return n if n > 0 else span.n_bars
+
+
+def m_count(x: Tensor, n: int, span: Span) -> Tensor:
+    return wsum(Prepared(x).v, _n(n, span))
+
+
+def m_sum(x: Tensor, n: int, span: Span) -> Tensor:
+    p, n = Prepared(x), _n(n, span)
+    return torch.where(wsum(p.v, n) > 0, wsum(p.raw, n), _NAN)
+
+
+def m_mean(x: Tensor, n: int, span: Span) -> Tensor:
+    p, n = Prepared(x), _n(n, span)
+    return wsum(p.raw, n) / wsum(p.v, n)
+
+
+def _var(p: Prepared, n: int) -> Tensor:
+    cnt, s1, s2 = wsum(p.v, n), wsum(p.d, n), wsum(p.d * p.d, n)
+    var = ((s2 - s1 * s1 / cnt) / (cnt - 1)).clamp(min=0)
+    var = torch.where(p.flat(n), 0.0, var)
+    return torch.where(cnt >= 2, var, _NAN)
+
+
+def m_var(x: Tensor, n: int, span: Span) -> Tensor:
+    return _var(Prepared(x), _n(n, span))
+
+
+def m_std(x: Tensor, n: int, span: Span) -> Tensor:
+    return m_var(x, n, span).sqrt()
+
+
+def m_max(x: Tensor, n: int, span: Span) -> Tensor:
+    p, n = Prepared(x), _n(n, span)
+    return torch.where(wsum(p.v, n) > 0, wmax(p.filled_hi, n), _NAN)
+
+
+def m_min(x: Tensor, n: int, span: Span) -> Tensor:
+    p, n = Prepared(x), _n(n, span)
+    return torch.where(wsum(p.v, n) > 0, wmax(p.filled_lo, n, largest=False), _NAN)
+
+
+def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """count, co-moment and the two second moments over the rows where both are valid."""
+    a, b = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
+    both = ~(torch.isnan(a) | torch.isnan(b))
+    pa, pb = Prepared(a, both), Prepared(b, both)
+    cnt = wsum(pa.v, n)
+    sa, sb = wsum(pa.d, n), wsum(pb.d, n)
+    sab = wsum(pa.d * pb.d, n) - sa * sb / cnt
+    saa = (wsum(pa.d * pa.d, n) - sa * sa / cnt).clamp(min=0)
+    sbb = (wsum(pb.d * pb.d, n) - sb * sb / cnt).clamp(min=0)
+    saa = torch.where(pa.flat(n), 0.0, saa)
+    sbb = torch.where(pb.flat(n), 0.0, sbb)
+    return cnt, sab, saa, sbb, both
+
+
+def m_cov(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
+    cnt, sab, _saa, _sbb, _ = _pair(a, b, _n(n, span))
+    return torch.where(cnt >= 2, sab / (cnt - 1), _NAN)
+
+
+def m_corr(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
+    """pandas' pairwise corr (NaN where a variance is 0), then Qlib's guard on each input's own rolling std."""
+    n = _n(n, span)
+    cnt, sab, saa, sbb, _ = _pair(a, b, n)
+    out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
+    out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
+    flat = (m_std(a, n, span) <= 2e-5) | (m_std(b, n, span) <= 2e-5)
+    return torch.where(flat, _NAN, out)
+
+
+def _fit(x: Tensor, n: int) -> tuple[Tensor, ...]:
+    """Least squares of the window's valid values on x = 1..n (newest at n, NaN slots keep their place, as
+    Qlib's rolling.pyx): count, slope, intercept, and the centred sums for r^2."""
+    p = Prepared(x)
+    t = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
+    pos = t - t.mean()  # bar positions about the block's middle, small next to float64's 2^53
+    cnt = wsum(p.v, n)
+    sx_abs = wsum(p.v * pos, n)
+    sy = wsum(p.d, n)
+    sxy_abs = wsum(p.d * pos, n)
+    sxx_abs = wsum(p.v * pos * pos, n)
+    # Centre x on each window: sxx and sxy about the valid positions' mean; slope does not depend on where
+    # x starts, and 1..n is the window's position offset by a constant per bar.
+    sxx = (sxx_abs - sx_abs * sx_abs / cnt)
+    sxy = sxy_abs - sx_abs * sy / cnt
+    syy = (wsum(p.d * p.d, n) - sy * sy / cnt).clamp(min=0)
+    syy = torch.where(p.flat(n), 0.0, syy)
+    slope = sxy / sxx
+    # x of the newest bar is n; mean x of the valid slots in 1..n coordinates:
+    mean_x = sx_abs / cnt - (pos[None, :] - n)
+    mean_y = sy / cnt
+    return cnt, slope, sxy, sxx, syy, mean_x, mean_y, p
+
+
+def m_slope(x: Tensor, n: int, span: Span) -> Tensor:
+    cnt, slope, *_ = _fit(x, _n(n, span))
+    return torch.where(cnt >= 2, slope, _NAN)
+
+
+def m_resi(x: Tensor, n: int, span: Span) -> Tensor:
+    """The newest row's residual y_n - (slope * n + intercept); NaN when the newest row is NaN."""
+    n = _n(n, span)
+    cnt, slope, _sxy, _sxx, _syy, mean_x, mean_y, p = _fit(x, n)
+    fitted = mean_y + slope * (n - mean_x)
+    out = torch.where(p.valid, p.d - fitted, _NAN)
+    return torch.where(cnt >= 2, out, _NAN)
+
+
+def m_rsquare(x: Tensor, n: int, span: Span) -> Tensor:
+    """r^2 = sxy^2 / (sxx syy); for N > 0 Qlib blanks windows whose rolling std is within 2e-5 of 0."""
+    n_ = _n(n, span)
+    cnt, _slope, sxy, sxx, syy, *_ = _fit(x, n_)
+    out = torch.where(cnt >= 2, sxy * sxy / (sxx * syy), _NAN)
+    if n > 0:
+        out = torch.where(m_std(x, n, span) <= 2e-5, _NAN, out)
+    return out
