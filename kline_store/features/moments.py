@@ -143,7 +143,9 @@ def _fit(x: Tensor, n: int) -> tuple[Tensor, ...]:
     sxx = (sxx_abs - sx_abs * sx_abs / cnt)
     sxy = sxy_abs - sx_abs * sy / cnt
     syy = (wsum(p.d * p.d, n) - sy * sy / cnt).clamp(min=0)
-    syy = torch.where(p.flat(n), 0.0, syy)
+    flat = p.flat(n)  # all valid values equal: exactly no co-variation (else rounding residue / 0 = inf)
+    syy = torch.where(flat, 0.0, syy)
+    sxy = torch.where(flat, 0.0, sxy)
     slope = sxy / sxx
     # x of the newest bar is n; mean x of the valid slots in 1..n coordinates:
     mean_x = sx_abs / cnt - (pos[None, :] - n)
