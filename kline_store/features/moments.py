@@ -12,6 +12,8 @@ N = 0 (expanding) is a window as long as the block.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 from torch import Tensor
 from torch.nn.functional import pad
@@ -28,6 +30,12 @@ def wsum(z: Tensor, n: int) -> Tensor:
     return pad(z, (n - 1, 0)).unfold(1, n, 1).sum(-1)
 
 
+def wcount(v: Tensor, n: int) -> Tensor:
+    """Window sum of 0/1 values: running-sum differences, exact for integers in float64."""
+    c = pad(v.cumsum(1), (1, 0))
+    return c[:, 1:] - pad(c, (n - 1, 0))[:, : v.shape[1]] if n < v.shape[1] else c[:, 1:]
+
+
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
     if n >= z.shape[1]:
         return (z.cummax(1) if largest else z.cummin(1)).values
@@ -37,21 +45,30 @@ def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
 
 
 class Prepared:
-    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its mean."""
+    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its mean; each
+    part computed on first use."""
 
     def __init__(self, x: Tensor, valid: Tensor | None = None):
-        x = x.to(torch.float64)
-        self.valid = ~torch.isnan(x) if valid is None else valid
+        self.x = x.to(torch.float64)
+        self.valid = ~torch.isnan(self.x) if valid is None else valid
         self.v = self.valid.to(torch.float64)
-        self.raw = torch.where(self.valid, x, 0)
+        self.raw = torch.where(self.valid, self.x, 0)
+
+    def count(self, n: int) -> Tensor:
+        return wcount(self.v, n)
+
+    @cached_property
+    def d(self) -> Tensor:
         centre = self.raw.sum(1, keepdim=True) / self.v.sum(1, keepdim=True).clamp(min=1)
-        self.d = torch.where(self.valid, x - centre, 0)
-        self.filled_hi = torch.where(self.valid, x, float("-inf"))
-        self.filled_lo = torch.where(self.valid, x, float("inf"))
+        return torch.where(self.valid, self.x - centre, 0)
+
+    def extreme(self, n: int, largest: bool) -> Tensor:
+        fill = float("-inf") if largest else float("inf")
+        return wmax(torch.where(self.valid, self.x, fill), n, largest)
 
     def flat(self, n: int) -> Tensor:
         """Windows whose valid values are all equal."""
-        return wmax(self.filled_hi, n) == wmax(self.filled_lo, n, largest=False)
+        return self.extreme(n, True) == self.extreme(n, False)
 
 
 def _n(n: int, span: Span) -> int:
@@ -64,16 +81,16 @@ def m_count(x: Tensor, n: int, span: Span) -> Tensor:
 
 def m_sum(x: Tensor, n: int, span: Span) -> Tensor:
     p, n = Prepared(x), _n(n, span)
-    return torch.where(wsum(p.v, n) > 0, wsum(p.raw, n), _NAN)
+    return torch.where(p.count(n) > 0, wsum(p.raw, n), _NAN)
 
 
 def m_mean(x: Tensor, n: int, span: Span) -> Tensor:
     p, n = Prepared(x), _n(n, span)
-    return wsum(p.raw, n) / wsum(p.v, n)
+    return wsum(p.raw, n) / p.count(n)
 
 
 def _var(p: Prepared, n: int) -> Tensor:
-    cnt, s1, s2 = wsum(p.v, n), wsum(p.d, n), wsum(p.d * p.d, n)
+    cnt, s1, s2 = p.count(n), wsum(p.d, n), wsum(p.d * p.d, n)
     var = ((s2 - s1 * s1 / cnt) / (cnt - 1)).clamp(min=0)
     var = torch.where(p.flat(n), 0.0, var)
     return torch.where(cnt >= 2, var, _NAN)
@@ -89,12 +106,12 @@ def m_std(x: Tensor, n: int, span: Span) -> Tensor:
 
 def m_max(x: Tensor, n: int, span: Span) -> Tensor:
     p, n = Prepared(x), _n(n, span)
-    return torch.where(wsum(p.v, n) > 0, wmax(p.filled_hi, n), _NAN)
+    return torch.where(p.count(n) > 0, p.extreme(n, True), _NAN)
 
 
 def m_min(x: Tensor, n: int, span: Span) -> Tensor:
     p, n = Prepared(x), _n(n, span)
-    return torch.where(wsum(p.v, n) > 0, wmax(p.filled_lo, n, largest=False), _NAN)
+    return torch.where(p.count(n) > 0, p.extreme(n, False), _NAN)
 
 
 def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -102,7 +119,7 @@ def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor,
     a, b = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
     both = ~(torch.isnan(a) | torch.isnan(b))
     pa, pb = Prepared(a, both), Prepared(b, both)
-    cnt = wsum(pa.v, n)
+    cnt = pa.count(n)
     sa, sb = wsum(pa.d, n), wsum(pb.d, n)
     sab = wsum(pa.d * pb.d, n) - sa * sb / cnt
     saa = (wsum(pa.d * pa.d, n) - sa * sa / cnt).clamp(min=0)
@@ -133,7 +150,7 @@ def _fit(x: Tensor, n: int) -> tuple[Tensor, ...]:
     p = Prepared(x)
     t = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
     pos = t - t.mean()  # bar positions about the block's middle, small next to float64's 2^53
-    cnt = wsum(p.v, n)
+    cnt = p.count(n)
     sx_abs = wsum(p.v * pos, n)
     sy = wsum(p.d, n)
     sxy_abs = wsum(p.d * pos, n)

@@ -12,9 +12,12 @@ padding, which for NaN-skipping statistics is exactly Qlib's shorter window at t
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
+from .moments import wcount
 from .window import Span, rolling, shift, window_length
 
 _NAN = float("nan")
@@ -66,20 +69,33 @@ def r_kurt(x: Tensor, n: int, span: Span) -> Tensor:
 
 
 def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
-    """pandas' linear interpolation between the order statistics of the valid values."""
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        count = valid.sum(-1)
-        ordered = torch.where(valid, w, float("inf")).sort(-1).values
+    """pandas' linear interpolation between the order statistics lo = floor(q (count - 1)) and lo + 1 of the
+    valid values. Only the k smallest (q < 0.5) or largest values can hold them, k about q N + 2: topk on k
+    instead of sorting whole windows."""
+    n = _n(n, span)
+    largest = q >= 0.5
+    k = min(n, (math.ceil((1 - q) * (n - 1)) if largest else math.floor(q * (n - 1))) + 2)
+    fill = float("-inf") if largest else float("inf")
+
+    x = _f64(x)
+    nan = torch.isnan(x)
+    counts = wcount((~nan).to(torch.float64), n)
+    key = torch.where(nan, fill, x)  # invalid rows sort past every valid one
+
+    def f(w, w_count, _age):
+        count = w_count[..., -1].long()  # the count at the window's own (newest) bar
+        top = w.topk(k, -1, largest=largest, sorted=True).values
         pos = q * (count - 1).clamp(min=0).to(torch.float64)
         lo = pos.floor().long()
         hi = torch.minimum(lo + 1, (count - 1).clamp(min=0))
-        v_lo = ordered.gather(-1, lo[..., None])[..., 0]
-        v_hi = ordered.gather(-1, hi[..., None])[..., 0]
-        frac = pos - lo
+        if largest:  # rank r from the bottom is index count-1-r from the top
+            lo, hi = (count - 1 - lo).clamp(min=0), (count - 1 - hi).clamp(min=0)
+        v_lo = top.gather(-1, lo[..., None])[..., 0]
+        v_hi = top.gather(-1, hi[..., None])[..., 0]
+        frac = pos - pos.floor()
         out = torch.where(frac > 0, v_lo + (v_hi - v_lo) * frac, v_lo)
         return torch.where(count > 0, out, _NAN)
-    return _apply(f, x, n, span)
+    return rolling(f, [key, counts], n, span, fill=fill)
 
 
 def r_med(x: Tensor, n: int, span: Span) -> Tensor:
@@ -95,36 +111,36 @@ def r_mad(x: Tensor, n: int, span: Span) -> Tensor:
 
 
 def r_rank(x: Tensor, n: int, span: Span) -> Tensor:
-    """pandas rolling rank(pct=True): average rank of the newest value among the valid ones, / count."""
+    """pandas rolling rank(pct=True): average rank of the newest value among the valid ones, / count.
+    (Comparisons with NaN are false, so NaN rows count neither as less nor as equal.)"""
+    n = _n(n, span)
+    x = _f64(x)
+    count = wcount((~torch.isnan(x)).to(torch.float64), n)
+
     def f(w, _age):
-        valid = ~torch.isnan(w)
         newest = w[..., -1:]
-        less = (valid & (w < newest)).sum(-1)
-        equal = (valid & (w == newest)).sum(-1)
-        out = (less + (equal + 1) / 2) / valid.sum(-1)
-        return torch.where(torch.isnan(newest[..., 0]), _NAN, out)
-    return _apply(f, x, n, span)
+        return (w < newest).sum(-1) + ((w == newest).sum(-1) + 1) / 2
+    out = rolling(f, [x], n, span) / count
+    return torch.where(torch.isnan(x), _NAN, out)
 
 
 def _idx(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
-    """Qlib: rolling.apply(lambda x: x.argmax() + 1, raw=True). numpy's argmax takes the first NaN as the
-    maximum (argmin too), else the first extreme; positions count from the oldest row of the window as Qlib's
-    series has it, which near the first bar is shorter than N."""
+    """Qlib: rolling.apply(lambda x: x.argmax() + 1, raw=True). numpy's argmax takes a NaN as the maximum
+    (argmin: as the minimum) and the first of equal extremes; positions count from the oldest row of the
+    window as Qlib's series has it, which near the first bar is shorter than N. Rows outside the span get
+    the value that never wins. (A real +-inf in the data ties with NaN here, where numpy prefers the NaN.)"""
     n = _n(n, span)
+    x = _f64(x)
+    nan = torch.isnan(x)
+    win, lose = (float("inf"), float("-inf")) if largest else (float("-inf"), float("inf"))
+    key = torch.where(span.present, torch.where(nan, win, x), lose)
 
     def f(w, age):
-        j = torch.arange(n, device=w.device)
-        offset = n - window_length(age, n)  # padding columns before the series' first row
-        inside = j >= offset[..., None]
-        isnan = torch.isnan(w) & inside
-        first_nan = isnan.to(torch.uint8).argmax(-1)
-        fill = float("-inf") if largest else float("inf")
-        filled = torch.where(inside & ~isnan, w, fill)
-        best = filled.argmax(-1) if largest else filled.argmin(-1)
-        pos = torch.where(isnan.any(-1), first_nan, best) - offset + 1
-        has_valid = (inside & ~torch.isnan(w)).any(-1)
-        return torch.where(has_valid, pos.to(torch.float64), _NAN)
-    return rolling(f, [_f64(x)], n, span)
+        best = w.argmax(-1) if largest else w.argmin(-1)
+        offset = n - window_length(age, n)  # window slots before the series' first row
+        return (best - offset + 1).to(torch.float64)
+    out = rolling(f, [key], n, span, fill=lose)
+    return torch.where(wcount((~nan).to(torch.float64), n) > 0, out, _NAN)
 
 
 def r_idxmax(x: Tensor, n: int, span: Span) -> Tensor:
