@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 HERE = Path(__file__).parent
 DEFAULT_QLIB_PYTHON = Path(__file__).parents[2] / ".venv-qlib" / "bin" / "python"
@@ -53,14 +54,14 @@ def real_data() -> Path:
     return path
 
 
-def csv_panel(folder: Path, fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
+def csv_panel(files: list[Path], fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
     """One file per A-share symbol (date + fields) as a panel: the union of the dates, each symbol's span from
     its first to its last file row, NaN on the days inside the span it lacks (Qlib pads them so too)."""
     import pandas as pd
 
-    frames = {f.stem: pd.read_csv(f, dtype={"date": str}) for f in sorted(folder.glob("*.csv"))}
+    frames = {f.stem: pd.read_csv(f, dtype={"date": str}) for f in sorted(files)}
     if not frames:
-        pytest.skip(f"no CSV files in {folder}")
+        pytest.skip("no CSV files")
     dates = np.array(sorted(set().union(*(set(df["date"]) for df in frames.values()))))
     index = {d: i for i, d in enumerate(dates)}
     values = np.full((len(fields), len(frames), len(dates)), np.nan, dtype=np.float32)
@@ -73,3 +74,13 @@ def csv_panel(folder: Path, fields: tuple[str, ...] = ("open", "close", "high", 
         names.append(("SH" if code.startswith("6") else "SZ") + code)
     return {"dates": dates, "symbols": np.array(names), "fields": np.array(fields), "values": values,
             "first": np.array(first, dtype=np.int64), "last": np.array(last, dtype=np.int64)}
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread while a test runs: on a small shared machine torch's default (a thread per core)
+    oversubscribes and runs these many small tensor operations several times slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

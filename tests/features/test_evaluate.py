@@ -19,6 +19,7 @@ from kline_store.features.parse import parse
 from kline_store.features.sets import alpha158, label
 
 sys.path.insert(0, str(Path(__file__).parent))
+from qlib_run import one_thread  # noqa: E402,F401  (an autouse fixture)
 from test_ops import EXPRS, make_panel  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def same(a: np.ndarray, b: np.ndarray) -> bool:
     return np.allclose(a, b, rtol=1e-5, atol=1e-6, equal_nan=True)
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10_000), n_sym=st.integers(2, 5), n_bars=st.integers(70, 110), data=st.data())
 def test_symbols_do_not_leak_into_each_other(seed, n_sym, n_bars, data):
     panel = make_panel(seed, n_sym, n_bars)
@@ -43,7 +44,7 @@ def test_symbols_do_not_leak_into_each_other(seed, n_sym, n_bars, data):
     assert same(run(moved), full[order])
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=8, deadline=None)
 @given(seed=st.integers(0, 10_000), before=st.integers(1, 12), after=st.integers(0, 5), garbage=st.floats(-1e3, 1e3))
 def test_values_outside_the_span_are_never_read(seed, before, after, garbage):
     """Bars before a symbol's first and after its last hold garbage, not NaN, and the block starts earlier."""

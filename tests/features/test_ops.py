@@ -3,13 +3,18 @@ and differing first/last bars, written with Qlib's storage classes and computed 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from kline_store.features.evaluate import evaluate
 
-from qlib_run import agreement, qlib_features
+sys.path.insert(0, str(Path(__file__).parent))
+from qlib_run import agreement, qlib_features  # noqa: E402
+from qlib_run import one_thread  # noqa: E402,F401  (an autouse fixture)
 
 WINDOWED = ["Mean", "Sum", "Std", "Var", "Max", "Min", "IdxMax", "IdxMin", "Med", "Mad", "Rank", "Count",
             "Delta", "Slope", "Rsquare", "Resi", "WMA"]
