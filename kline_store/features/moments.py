@@ -6,13 +6,16 @@ window sum is `unfold(...).sum(-1)` over a view: every window summed afresh, no 
 a window of zeros sums to exactly 0 (Qlib's SUMP-style 0/(0+1e-12) stays 0). Second moments are taken about a
 per-symbol centre (the series' mean), which keeps the usual sum-of-squares cancellation far below float64's
 resolution for prices and volumes; a window whose valid values are all equal gets variance exactly 0, as
-pandas gives it (it counts repeated values), so Qlib's std guards (|std| <= 2e-5) see the same zeros.
-N = 0 (expanding) is a window as long as the block.
+pandas mostly gives it (it counts repeated values), so Qlib's std guards (|std| <= 2e-5) see the same zeros.
+(pandas' running sums do leave a residue now and then: on real A-share bars, 14 of 204,295 WVMA5 cells are
+five zeros whose pandas std is ~1e-3, which Qlib divides by 1e-12; the engine gives the exact 0.)
+N = 0 (expanding): running sums from the block's start.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -37,6 +40,7 @@ def wcount(v: Tensor, n: int) -> Tensor:
 
 
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
+    """Maximum (or minimum) of z over the n bars ending at each bar."""
     if n >= z.shape[1]:
         return (z.cummax(1) if largest else z.cummin(1)).values
     fill = float("-inf") if largest else float("inf")
@@ -76,7 +80,7 @@ def _n(n: int, span: Span) -> int:
 
 
 def m_count(x: Tensor, n: int, span: Span) -> Tensor:
-    return wsum(Prepared(x).v, _n(n, span))
+    return Prepared(x).count(_n(n, span))
 
 
 def m_sum(x: Tensor, n: int, span: Span) -> Tensor:
@@ -114,7 +118,7 @@ def m_min(x: Tensor, n: int, span: Span) -> Tensor:
     return torch.where(p.count(n) > 0, p.extreme(n, False), _NAN)
 
 
-def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """count, co-moment and the two second moments over the rows where both are valid."""
     a, b = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
     both = ~(torch.isnan(a) | torch.isnan(b))
@@ -126,69 +130,72 @@ def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor,
     sbb = (wsum(pb.d * pb.d, n) - sb * sb / cnt).clamp(min=0)
     saa = torch.where(pa.flat(n), 0.0, saa)
     sbb = torch.where(pb.flat(n), 0.0, sbb)
-    return cnt, sab, saa, sbb, both
+    return cnt, sab, saa, sbb
 
 
 def m_cov(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
-    cnt, sab, _saa, _sbb, _ = _pair(a, b, _n(n, span))
+    cnt, sab, _saa, _sbb = _pair(a, b, _n(n, span))
     return torch.where(cnt >= 2, sab / (cnt - 1), _NAN)
 
 
 def m_corr(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
     """pandas' pairwise corr (NaN where a variance is 0), then Qlib's guard on each input's own rolling std."""
     n = _n(n, span)
-    cnt, sab, saa, sbb, _ = _pair(a, b, n)
+    cnt, sab, saa, sbb = _pair(a, b, n)
     out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
     out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
     flat = (m_std(a, n, span) <= 2e-5) | (m_std(b, n, span) <= 2e-5)
     return torch.where(flat, _NAN, out)
 
 
-def _fit(x: Tensor, n: int) -> tuple[Tensor, ...]:
+class _Fit(NamedTuple):
+    cnt: Tensor  # valid slots
+    sxy: Tensor  # co-moment of position and value about the window's means
+    sxx: Tensor
+    syy: Tensor
+    mean_x: Tensor  # in the window's 1..n coordinates
+    mean_y: Tensor  # about the series' centre (Prepared.d)
+    p: Prepared
+
+
+def _fit(x: Tensor, n: int) -> _Fit:
     """Least squares of the window's valid values on x = 1..n (newest at n, NaN slots keep their place, as
-    Qlib's rolling.pyx): count, slope, intercept, and the centred sums for r^2."""
+    Qlib's rolling.pyx). Positions are summed as bar indices about the block's middle and re-centred per
+    window: slope, r^2 and residual do not depend on where x starts."""
     p = Prepared(x)
     t = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
-    pos = t - t.mean()  # bar positions about the block's middle, small next to float64's 2^53
+    pos = t - t.mean()
     cnt = p.count(n)
-    sx_abs = wsum(p.v * pos, n)
+    sx = wsum(p.v * pos, n)
     sy = wsum(p.d, n)
-    sxy_abs = wsum(p.d * pos, n)
-    sxx_abs = wsum(p.v * pos * pos, n)
-    # Centre x on each window: sxx and sxy about the valid positions' mean; slope does not depend on where
-    # x starts, and 1..n is the window's position offset by a constant per bar.
-    sxx = (sxx_abs - sx_abs * sx_abs / cnt)
-    sxy = sxy_abs - sx_abs * sy / cnt
+    sxx = wsum(p.v * pos * pos, n) - sx * sx / cnt
+    sxy = wsum(p.d * pos, n) - sx * sy / cnt
     syy = (wsum(p.d * p.d, n) - sy * sy / cnt).clamp(min=0)
     flat = p.flat(n)  # all valid values equal: exactly no co-variation (else rounding residue / 0 = inf)
     syy = torch.where(flat, 0.0, syy)
     sxy = torch.where(flat, 0.0, sxy)
-    slope = sxy / sxx
-    # x of the newest bar is n; mean x of the valid slots in 1..n coordinates:
-    mean_x = sx_abs / cnt - (pos[None, :] - n)
-    mean_y = sy / cnt
-    return cnt, slope, sxy, sxx, syy, mean_x, mean_y, p
+    mean_x = sx / cnt - (pos[None, :] - n)  # the newest bar, pos[t], is x = n
+    return _Fit(cnt, sxy, sxx, syy, mean_x, sy / cnt, p)
 
 
 def m_slope(x: Tensor, n: int, span: Span) -> Tensor:
-    cnt, slope, *_ = _fit(x, _n(n, span))
-    return torch.where(cnt >= 2, slope, _NAN)
+    f = _fit(x, _n(n, span))
+    return torch.where(f.cnt >= 2, f.sxy / f.sxx, _NAN)
 
 
 def m_resi(x: Tensor, n: int, span: Span) -> Tensor:
     """The newest row's residual y_n - (slope * n + intercept); NaN when the newest row is NaN."""
     n = _n(n, span)
-    cnt, slope, _sxy, _sxx, _syy, mean_x, mean_y, p = _fit(x, n)
-    fitted = mean_y + slope * (n - mean_x)
-    out = torch.where(p.valid, p.d - fitted, _NAN)
-    return torch.where(cnt >= 2, out, _NAN)
+    f = _fit(x, n)
+    fitted = f.mean_y + f.sxy / f.sxx * (n - f.mean_x)
+    out = torch.where(f.p.valid, f.p.d - fitted, _NAN)
+    return torch.where(f.cnt >= 2, out, _NAN)
 
 
 def m_rsquare(x: Tensor, n: int, span: Span) -> Tensor:
     """r^2 = sxy^2 / (sxx syy); for N > 0 Qlib blanks windows whose rolling std is within 2e-5 of 0."""
-    n_ = _n(n, span)
-    cnt, _slope, sxy, sxx, syy, *_ = _fit(x, n_)
-    out = torch.where(cnt >= 2, sxy * sxy / (sxx * syy), _NAN)
+    f = _fit(x, _n(n, span))
+    out = torch.where(f.cnt >= 2, f.sxy * f.sxy / (f.sxx * f.syy), _NAN)
     if n > 0:
         out = torch.where(m_std(x, n, span) <= 2e-5, _NAN, out)
     return out

@@ -5,9 +5,9 @@ pandas rolling(N, min_periods=1); N = 0 is expanding.
 
 Every function takes x [S, T] (NaN outside the symbol's span, see window.py), the window N and the Span, and
 returns float64 [S, T]: pandas computes rolling statistics in float64 whatever the input, so the engine does.
-NaN rows are skipped and a window needs one valid row (min_periods=1); the exceptions are pandas' own:
-Std/Var need 2, Skew 3, Kurt 4, Count gives 0 where nothing is valid. Windows before the first bar are NaN
-padding, which for NaN-skipping statistics is exactly Qlib's shorter window at the start of a series.
+NaN rows are skipped and a window needs one valid row (min_periods=1), Skew 3 and Kurt 4 (pandas' own
+minimums). Windows before the first bar are NaN padding, which for NaN-skipping statistics is exactly Qlib's
+shorter window at the start of a series; IdxMax/IdxMin and WMA, which count rows, use the span's age.
 """
 
 from __future__ import annotations
