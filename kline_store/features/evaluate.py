@@ -82,19 +82,30 @@ def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
     return order, uses
 
 
-def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
-             last: Tensor) -> Evaluation:
-    """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text)."""
-    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
-    roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
+def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[int, int]:
     if not values:
         raise InputError("evaluate: no field values given")
+    shapes = {name: tuple(v.shape) for name, v in values.items()}
+    shape = next(iter(shapes.values()))
+    if len(shape) != 2 or len(set(shapes.values())) != 1:
+        raise InputError(f"evaluate: field tensors must all be [symbols, bars], got {shapes}")
+    if tuple(first.shape) != shape[:1] or tuple(last.shape) != shape[:1]:
+        raise InputError(f"evaluate: first/last must be [symbols] = [{shape[0]}], got {tuple(first.shape)} "
+                         f"and {tuple(last.shape)}")
+    return shape
+
+
+def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
+             last: Tensor) -> Evaluation:
+    """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
+    one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
+    freed as soon as nothing left needs it."""
+    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
+    n_sym, n_bars = _check(values, first, last)
     sample = next(iter(values.values()))
-    if sample.ndim != 2:
-        raise InputError(f"evaluate: field tensors must be [symbols, bars], got shape {tuple(sample.shape)}")
-    n_sym, n_bars = sample.shape
-    span = Span(first.to(device=sample.device, dtype=torch.int64), last.to(device=sample.device, dtype=torch.int64),
-                n_bars)
+    span = Span(first.to(device=sample.device, dtype=torch.int64),
+                last.to(device=sample.device, dtype=torch.int64), n_bars)
     wanted = frozenset().union(*(fields_of(r) for r in roots))
     missing = frozenset(f for f in wanted if f not in values)
     cache: dict[Node, Tensor] = {}
@@ -102,18 +113,23 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
         src = values.get(name)
         cache[Field(name)] = mask(src if src is not None else torch.full_like(sample, float("nan")), span)
 
+    out = torch.empty((n_sym, n_bars, len(roots)), dtype=torch.float32, device=sample.device)
+    slots: dict[Node, list[int]] = {}
+    for k, root in enumerate(roots):
+        slots.setdefault(root, []).append(k)
+        if not isinstance(root, Call):  # a bare $field or number
+            res = cache[root] if isinstance(root, Field) else mask(torch.full_like(sample, root.value), span)
+            out[..., k] = res
     order, uses = _order(roots)
-    root_set = set(roots)
     for node in order:
         args = [a.value if isinstance(a, Const) else cache[a] for a in node.args]
         cache[node] = mask(apply(node.op, args, node.params, span), span)
+        for k in slots.get(node, ()):
+            out[..., k] = cache[node]
         for child in node.args:  # free operands no later node needs
             uses[child] -= 1
-            if uses[child] == 0 and child not in root_set and not isinstance(child, Field):
-                cache.pop(child, None)
-
-    out = torch.empty((n_sym, n_bars, len(roots)), dtype=torch.float32, device=sample.device)
-    for k, root in enumerate(roots):
-        res = cache[root] if not isinstance(root, Const) else mask(torch.full_like(sample, root.value), span)
-        out[..., k] = res.to(torch.float32)
+            if uses[child] == 0 and isinstance(child, Call):
+                del cache[child]
+        if uses[node] == 0:  # a root no other node reads: it is in `out` already
+            del cache[node]
     return Evaluation(out, tuple(named), missing, len(order))

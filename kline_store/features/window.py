@@ -10,6 +10,7 @@ how many rows the truncated window really holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Sequence
 
 import torch
@@ -27,8 +28,9 @@ class Span:
     last: Tensor  # int64 [S]
     n_bars: int
 
-    @property
+    @cached_property
     def present(self) -> Tensor:
+        """[S, T] bool: the bar lies inside the symbol's span."""
         t = torch.arange(self.n_bars, device=self.first.device)
         return (t >= self.first[:, None]) & (t <= self.last[:, None])
 

@@ -115,7 +115,7 @@ def test_missing_fields_read_as_nan_and_are_reported():
 def test_bad_inputs_are_input_errors():
     with pytest.raises(InputError, match="position 14"):
         evaluate(["Mean($close, 5"], {"close": torch.zeros(2, 3)}, torch.zeros(2), torch.ones(2))
-    with pytest.raises(InputError, match=r"\[symbols, bars\]"):
+    with pytest.raises(InputError, match=r"must all be \[symbols, bars\]"):
         evaluate(["$close"], {"close": torch.zeros(3)}, torch.zeros(1), torch.ones(1))
 
 
