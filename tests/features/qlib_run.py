@@ -54,26 +54,44 @@ def real_data() -> Path:
     return path
 
 
-def csv_panel(files: list[Path], fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
-    """One file per A-share symbol (date + fields) as a panel: the union of the dates, each symbol's span from
-    its first to its last file row, NaN on the days inside the span it lacks (Qlib pads them so too)."""
-    import pandas as pd
-
-    frames = {f.stem: pd.read_csv(f, dtype={"date": str}) for f in sorted(files)}
+def frames_panel(frames: dict, fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
+    """Qlib instrument name -> DataFrame (date 'YYYY-MM-DD' + fields) as a panel: the union of the dates, each
+    symbol's span from its first to its last row, NaN on the days inside the span it lacks (as Qlib pads)."""
     if not frames:
-        pytest.skip("no CSV files")
+        pytest.skip("no input files")
     dates = np.array(sorted(set().union(*(set(df["date"]) for df in frames.values()))))
     index = {d: i for i, d in enumerate(dates)}
     values = np.full((len(fields), len(frames), len(dates)), np.nan, dtype=np.float32)
-    first, last, names = [], [], []
-    for s, (code, df) in enumerate(frames.items()):
+    first, last = [], []
+    for s, df in enumerate(frames.values()):
         pos = df["date"].map(index).to_numpy()
         values[:, s, pos] = df[list(fields)].to_numpy(dtype=np.float32).T
         first.append(pos.min())
         last.append(pos.max())
-        names.append(("SH" if code.startswith("6") else "SZ") + code)
-    return {"dates": dates, "symbols": np.array(names), "fields": np.array(fields), "values": values,
+    return {"dates": dates, "symbols": np.array(list(frames)), "fields": np.array(fields), "values": values,
             "first": np.array(first, dtype=np.int64), "last": np.array(last, dtype=np.int64)}
+
+
+def csv_panel(files: list[Path]) -> dict:
+    """ashare_qfq_daily: one file per symbol (000001.csv), date,open,close,high,low,volume."""
+    import pandas as pd
+
+    return frames_panel({("SH" if f.stem.startswith("6") else "SZ") + f.stem: pd.read_csv(f, dtype={"date": str})
+                         for f in sorted(files)})
+
+
+def tushare_panel(files: list[Path]) -> dict:
+    """tushare pro.daily files (000001.SZ.csv): trade_date YYYYMMDD, newest first, vol in lots."""
+    import pandas as pd
+
+    frames = {}
+    for f in sorted(files):
+        df = pd.read_csv(f, dtype={"trade_date": str}).rename(columns={"vol": "volume"})
+        df["date"] = df["trade_date"].str.slice(0, 4) + "-" + df["trade_date"].str.slice(4, 6) + "-" + \
+            df["trade_date"].str.slice(6, 8)
+        code, market = f.stem.split(".")
+        frames[market + code] = df.iloc[::-1].reset_index(drop=True)
+    return frames_panel(frames)
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from kline_store.features.evaluate import evaluate
 from kline_store.features.sets import alpha158, alpha360, feature_set, label
 
 sys.path.insert(0, str(Path(__file__).parent))
-from qlib_run import agreement, csv_panel, qlib_features, qlib_python, real_data  # noqa: E402
+from qlib_run import agreement, csv_panel, qlib_features, qlib_python, real_data, tushare_panel  # noqa: E402
 from qlib_run import one_thread  # noqa: E402,F401  (an autouse fixture)
 
 
@@ -55,8 +55,7 @@ def real_files() -> list[Path]:
     return sorted(set(chosen + [f for f in files if f not in chosen][: max(0, limit - len(chosen))]))
 
 
-def test_real_ashare_features_match_qlib(tmp_path):
-    panel = csv_panel(real_files())
+def check_against_qlib(tmp_path: Path, panel: dict) -> None:
     named = {**alpha158(), **alpha360(), **label()}
     exprs = list(dict.fromkeys(named.values()))  # OPEN0 etc. are in both sets: ask Qlib once
     qlib = qlib_features(tmp_path, panel, exprs)
@@ -76,3 +75,12 @@ def test_real_ashare_features_match_qlib(tmp_path):
     assert np.isfinite(qlib["values"][exprs.index(named["KMID"])][span]).mean() > 0.9  # Qlib really computed
     bad = {n: s for n, s in by_name.items() if s < 0.999}
     assert not bad, f"features agreeing with Qlib on under 99.9% of cells: {bad}"
+
+
+def test_real_ashare_features_match_qlib(tmp_path):
+    check_against_qlib(tmp_path, csv_panel(real_files()))
+
+
+def test_real_tushare_features_match_qlib(tmp_path):
+    """Unadjusted bars (ex-rights jumps), newest-first files, a limit-down bar with open=high=low=close."""
+    check_against_qlib(tmp_path, tushare_panel(sorted((real_data() / "tushare_daily").glob("*.csv"))))
