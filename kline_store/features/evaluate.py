@@ -18,7 +18,7 @@ from torch import Tensor
 
 from kline_store.errors import InputError
 
-from .nodes import Call, Const, Field, Node, children, fields_of
+from .nodes import Call, Const, Field, Node, fields_of
 from .ops import apply
 from .parse import parse
 from .window import Span, mask
@@ -32,6 +32,8 @@ class Evaluation:
     names: tuple[str, ...]
     missing_fields: frozenset[str]  # fields the expressions read that `values` lacked: read as NaN, as Qlib
     n_computed: int  # distinct operator nodes evaluated (each once, however often the expressions share it)
+    lookback: tuple[int | None, ...]  # per expression: bars of history it reads (None: the whole series)
+    lookahead: tuple[int, ...]  # per expression: bars ahead it reads
 
 
 def lookback(node: Node) -> int | None:
@@ -61,6 +63,14 @@ def lookahead(node: Node) -> int:
     if node.op in ("Ref", "Delta") and node.params[0] < 0:
         return ahead - int(node.params[0])
     return ahead
+
+
+def windows(exprs: Mapping[str, Expr] | Sequence[Expr]) -> dict[str, tuple[int | None, int]]:
+    """name -> (lookback, lookahead) of each expression, from the trees alone: how much history and future a
+    block needs around the bars it should fill."""
+    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    trees = {name: parse(e) if isinstance(e, str) else e for name, e in named.items()}
+    return {name: (lookback(t), lookahead(t)) for name, t in trees.items()}
 
 
 def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
@@ -132,4 +142,5 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
                 del cache[child]
         if uses[node] == 0:  # a root no other node reads: it is in `out` already
             del cache[node]
-    return Evaluation(out, tuple(named), missing, len(order))
+    return Evaluation(out, tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
+                      tuple(lookahead(r) for r in roots))

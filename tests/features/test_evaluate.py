@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kline_store.errors import InputError
-from kline_store.features.evaluate import evaluate, lookahead, lookback
+from kline_store.features.evaluate import evaluate, lookahead, lookback, windows
 from kline_store.features.nodes import Call
 from kline_store.features.parse import parse
 from kline_store.features.sets import alpha158, label
@@ -82,6 +82,9 @@ def test_windows_come_from_the_tree():
     assert lookahead(parse("Mean(Ref($close, -3), 5) - Ref($open, -1)")) == 3
     assert lookahead(parse("Ref(Ref($close, -3), 1)")) == 3  # Ref(-3) then Ref(1) still reads 3 bars ahead
     assert max(lookback(parse(e)) for e in alpha158().values()) == 60
+    spans = windows({**alpha158(), **label()})
+    assert spans["KMID"] == (0, 0) and spans["ROC60"] == (60, 0) and spans["CORD5"] == (5, 0)
+    assert spans["MA60"] == (59, 0) and spans["LABEL0"] == (0, 2)
 
 
 def test_shared_subexpressions_are_computed_once():
@@ -91,6 +94,7 @@ def test_shared_subexpressions_are_computed_once():
     res = evaluate({"a": "Mean($close, 5)/$close", "b": "Mean($close,5)", "c": "Mean($close, 5) - Mean($close, 5)"},
                    values, first, last)
     assert res.n_computed == 3 and res.names == ("a", "b", "c")  # Mean, Div, Sub
+    assert res.lookback == (4, 4, 4) and res.lookahead == (0, 0, 0)
     assert res.values.shape == (3, 60, 3) and res.values.dtype == torch.float32
     a158 = evaluate(alpha158(), values, first, last)
     calls = [node for e in alpha158().values() for node in _walk(parse(e)) if isinstance(node, Call)]

@@ -46,7 +46,8 @@ def make_panel(seed: int, n_sym: int = 6, n_bars: int = 160) -> dict:
     first = np.r_[0, rng.integers(0, edge, n_sym - 1)]
     last = np.r_[n_bars - 1, rng.integers(n_bars - edge, n_bars, n_sym - 1)]
     close = np.round(10 * np.exp(np.cumsum(rng.normal(0, 0.02, (n_sym, n_bars)), axis=1)), 2)
-    close[1, n_bars // 3: n_bars // 3 + 10] = close[1, n_bars // 3]  # a flat run: Corr/Rsquare guards, Skew/Kurt of a constant
+    flat = n_bars // 3
+    close[1, flat: flat + 10] = close[1, flat]  # a flat run: Corr/Rsquare guards, Skew/Kurt of a constant
     open_ = np.round(close * np.exp(rng.normal(0, 0.01, close.shape)), 2)
     high = np.maximum(open_, close) + np.round(rng.uniform(0, 0.2, close.shape), 2)
     low = np.minimum(open_, close) - np.round(rng.uniform(0, 0.2, close.shape), 2)
