@@ -1,7 +1,8 @@
 """Many named Qlib expressions over one block of the panel at once, each distinct subexpression computed once.
 
-values: field -> [S, T] tensor (float32 as the store keeps it), first/last: each symbol's span as inclusive
-bar indices on the block. Every cell inside a span gets what Qlib's D.features gives for that instrument and
+values: lower-case field name -> [S, T] tensor, float32 as the store keeps it and Qlib reads it (element-wise
+steps stay in the fields' dtype, as numpy keeps Qlib's float32: float64 fields would lose that rounding, e.g.
+$high-$low+1e-12 being 0); first/last: each symbol's span as inclusive bar indices on the block. Every cell inside a span gets what Qlib's D.features gives for that instrument and
 day; cells outside are NaN. Windows are truncated at `first` as Qlib's series start there, so to reproduce
 Qlib's values on a block that starts after a symbol's first bar, give the block `lookback` bars of history
 (first < 0 says the series began before the block; expanding windows (lookback None) need the whole series).
