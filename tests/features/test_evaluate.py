@@ -40,6 +40,10 @@ def test_symbols_do_not_leak_into_each_other(seed, n_sym, n_bars, data):
     panel = make_panel(seed, n_sym, n_bars)
     order = np.array(data.draw(st.permutations(range(n_sym))))
     full = run(panel)
+    values = {str(f): torch.from_numpy(panel["values"][k]) for k, f in enumerate(panel["fields"])}
+    passes = evaluate(EXPRS, values, torch.from_numpy(panel["first"]), torch.from_numpy(panel["last"]),
+                      symbols_per_pass=data.draw(st.integers(1, n_sym)))
+    assert same(passes.values.numpy(), full)
     moved = dict(panel, values=panel["values"][:, order], first=panel["first"][order], last=panel["last"][order])
     assert same(run(moved), full[order])
 
