@@ -114,7 +114,7 @@ class _Parser:
         return left
 
     def unary(self) -> Node:
-        if self.tok.kind == "op" and self.tok.text in "+-" and self.tok.text:
+        if self.tok.kind == "op" and self.tok.text in ("+", "-"):
             sign = self.take().text
             operand = self.unary()
             return operand if sign == "+" else _binary("Sub", Const(0), operand)
