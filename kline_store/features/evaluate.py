@@ -1,10 +1,13 @@
 """Many named Qlib expressions over one block of the panel at once, each distinct subexpression computed once.
 
-values: field -> [S, T] tensor (float32 as the store keeps it), first/last: each symbol's span as inclusive
-bar indices on the block. Every cell inside a span gets what Qlib's D.features gives for that instrument and
-day; cells outside are NaN. Windows are truncated at `first` as Qlib's series start there, so to reproduce
-Qlib's values on a block that starts after a symbol's first bar, give the block `lookback` bars of history
-(first < 0 says the series began before the block; expanding windows (lookback None) need the whole series).
+values: lower-case field name -> [S, T] tensor, float32 as the store keeps it and Qlib reads it (element-wise
+steps stay in the fields' dtype, as numpy keeps Qlib's float32: float64 fields would lose that rounding, e.g.
+$high-$low+1e-12 being 0); first/last: each symbol's span as inclusive bar indices on the block.
+
+Every cell inside a span gets what Qlib's D.features gives for that instrument and day; cells outside are
+NaN. Windows are truncated at `first` as Qlib's series start there, so to reproduce Qlib's values on a block
+that starts after a symbol's first bar, give the block `lookback` bars of history (first < 0 says the series
+began before the block; expanding windows (lookback None) need the whole series).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from torch import Tensor
 
 from kline_store.errors import InputError
 
-from .nodes import Call, Const, Field, Node, children, fields_of
+from .nodes import Call, Const, Field, Node, fields_of
 from .ops import apply
 from .parse import parse
 from .window import Span, mask
@@ -31,6 +34,9 @@ class Evaluation:
     values: Tensor  # float32 [S, T, n_expr]
     names: tuple[str, ...]
     missing_fields: frozenset[str]  # fields the expressions read that `values` lacked: read as NaN, as Qlib
+    n_computed: int  # distinct operator nodes evaluated (each once, however often the expressions share it)
+    lookback: tuple[int | None, ...]  # per expression: bars of history it reads (None: the whole series)
+    lookahead: tuple[int, ...]  # per expression: bars ahead it reads
 
 
 def lookback(node: Node) -> int | None:
@@ -62,6 +68,14 @@ def lookahead(node: Node) -> int:
     return ahead
 
 
+def windows(exprs: Mapping[str, Expr] | Sequence[Expr]) -> dict[str, tuple[int | None, int]]:
+    """name -> (lookback, lookahead) of each expression, from the trees alone: how much history and future a
+    block needs around the bars it should fill."""
+    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    trees = {name: parse(e) if isinstance(e, str) else e for name, e in named.items()}
+    return {name: (lookback(t), lookahead(t)) for name, t in trees.items()}
+
+
 def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
     """Distinct Call nodes, operands before their users, and how many times each is used as an operand."""
     seen: set[Node] = set()
@@ -81,38 +95,66 @@ def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
     return order, uses
 
 
-def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
-             last: Tensor) -> Evaluation:
-    """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text)."""
-    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
-    roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
-    if not values:
-        raise InputError("evaluate: no field values given")
+def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor], first: Tensor, last: Tensor,
+              wanted: frozenset[str], out: Tensor) -> None:
+    """All expressions on some symbols, into out [S, T, n_expr]."""
     sample = next(iter(values.values()))
-    if sample.ndim != 2:
-        raise InputError(f"evaluate: field tensors must be [symbols, bars], got shape {tuple(sample.shape)}")
-    n_sym, n_bars = sample.shape
-    span = Span(first.to(device=sample.device, dtype=torch.int64), last.to(device=sample.device, dtype=torch.int64),
-                n_bars)
-    wanted = frozenset().union(*(fields_of(r) for r in roots))
-    missing = frozenset(f for f in wanted if f not in values)
+    span = Span(first.to(device=sample.device, dtype=torch.int64),
+                last.to(device=sample.device, dtype=torch.int64), sample.shape[1])
     cache: dict[Node, Tensor] = {}
     for name in wanted:
         src = values.get(name)
         cache[Field(name)] = mask(src if src is not None else torch.full_like(sample, float("nan")), span)
-
-    order, uses = _order(roots)
-    root_set = set(roots)
+    slots: dict[Node, list[int]] = {}
+    for k, root in enumerate(roots):
+        slots.setdefault(root, []).append(k)
+        if not isinstance(root, Call):  # a bare $field or number
+            out[..., k] = cache[root] if isinstance(root, Field) else mask(torch.full_like(sample, root.value), span)
+    _, uses = _order(roots)
     for node in order:
         args = [a.value if isinstance(a, Const) else cache[a] for a in node.args]
         cache[node] = mask(apply(node.op, args, node.params, span), span)
+        for k in slots.get(node, ()):
+            out[..., k] = cache[node]
         for child in node.args:  # free operands no later node needs
             uses[child] -= 1
-            if uses[child] == 0 and child not in root_set and not isinstance(child, Field):
-                cache.pop(child, None)
+            if uses[child] == 0 and isinstance(child, Call):
+                del cache[child]
+        if uses[node] == 0:  # a root no other node reads: it is in `out` already
+            del cache[node]
 
+
+def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[int, int]:
+    if not values:
+        raise InputError("evaluate: no field values given")
+    shapes = {name: tuple(v.shape) for name, v in values.items()}
+    shape = next(iter(shapes.values()))
+    if len(shape) != 2 or len(set(shapes.values())) != 1:
+        raise InputError(f"evaluate: field tensors must all be [symbols, bars], got {shapes}")
+    if tuple(first.shape) != shape[:1] or tuple(last.shape) != shape[:1]:
+        raise InputError(f"evaluate: first/last must be [symbols] = [{shape[0]}], got {tuple(first.shape)} "
+                         f"and {tuple(last.shape)}")
+    return shape
+
+
+def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
+             last: Tensor, symbols_per_pass: int | None = None) -> Evaluation:
+    """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
+    one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
+    freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols never
+    interact, so the passes give the same values)."""
+    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
+    n_sym, n_bars = _check(values, first, last)
+    sample = next(iter(values.values()))
+    wanted = frozenset().union(*(fields_of(r) for r in roots))
+    missing = frozenset(f for f in wanted if f not in values)
     out = torch.empty((n_sym, n_bars, len(roots)), dtype=torch.float32, device=sample.device)
-    for k, root in enumerate(roots):
-        res = cache[root] if not isinstance(root, Const) else mask(torch.full_like(sample, root.value), span)
-        out[..., k] = res.to(torch.float32)
-    return Evaluation(out, tuple(named), missing)
+    order, _ = _order(roots)
+    step = symbols_per_pass or max(1, n_sym)
+    for s0 in range(0, n_sym, step):
+        rows = slice(s0, min(n_sym, s0 + step))
+        part = {name: v[rows] for name, v in values.items()}
+        _one_pass(roots, order, part, first[rows], last[rows], wanted, out[rows])
+    return Evaluation(out, tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
+                      tuple(lookahead(r) for r in roots))

@@ -14,7 +14,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
-from . import pairwise, regression, rolling, smooth
+from . import moments, rolling, smooth
 from .window import Span, mask
 
 Value = Union[Tensor, float, int]
@@ -71,16 +71,16 @@ ELEMENTWISE: dict[str, Callable[..., Tensor]] = {
 
 # fn(x, N, span) -> Tensor
 WINDOWED: dict[str, Callable[[Tensor, int, Span], Tensor]] = {
-    "Ref": rolling.ref, "Delta": rolling.delta, "Mean": rolling.r_mean, "Sum": rolling.r_sum,
-    "Std": rolling.r_std, "Var": rolling.r_var, "Skew": rolling.r_skew, "Kurt": rolling.r_kurt,
-    "Max": rolling.r_max, "Min": rolling.r_min, "IdxMax": rolling.r_idxmax, "IdxMin": rolling.r_idxmin,
-    "Med": rolling.r_med, "Mad": rolling.r_mad, "Rank": rolling.r_rank, "Count": rolling.r_count,
-    "WMA": rolling.r_wma, "Slope": regression.slope, "Rsquare": regression.rsquare, "Resi": regression.resi,
+    "Ref": rolling.ref, "Delta": rolling.delta, "Mean": moments.m_mean, "Sum": moments.m_sum,
+    "Std": moments.m_std, "Var": moments.m_var, "Skew": rolling.r_skew, "Kurt": rolling.r_kurt,
+    "Max": moments.m_max, "Min": moments.m_min, "IdxMax": rolling.r_idxmax, "IdxMin": rolling.r_idxmin,
+    "Med": rolling.r_med, "Mad": rolling.r_mad, "Rank": rolling.r_rank, "Count": moments.m_count,
+    "WMA": rolling.r_wma, "Slope": moments.m_slope, "Rsquare": moments.m_rsquare, "Resi": moments.m_resi,
     "EMA": smooth.ema,
 }
 
 # fn(a, b, N, span) -> Tensor
-PAIRED: dict[str, Callable[[Tensor, Tensor, int, Span], Tensor]] = {"Corr": pairwise.corr, "Cov": pairwise.cov}
+PAIRED: dict[str, Callable[[Tensor, Tensor, int, Span], Tensor]] = {"Corr": moments.m_corr, "Cov": moments.m_cov}
 
 
 def apply(op: str, args: list[Value], params: tuple, span: Span) -> Tensor:

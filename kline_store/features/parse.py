@@ -114,7 +114,7 @@ class _Parser:
         return left
 
     def unary(self) -> Node:
-        if self.tok.kind == "op" and self.tok.text in "+-" and self.tok.text:
+        if self.tok.kind == "op" and self.tok.text in ("+", "-"):
             sign = self.take().text
             operand = self.unary()
             return operand if sign == "+" else _binary("Sub", Const(0), operand)
@@ -193,6 +193,8 @@ def _binary(op: str, left: Node, right: Node) -> Node:
             return Const(_FOLD[op](left.value, right.value))
         except ZeroDivisionError:
             return Const(float("nan"))
+    if op == "Mul" and isinstance(left, Const):
+        left, right = right, left  # Expression.__rmul__ returns Mul(self, other): Qlib's own operand order
     return Call(op, (left, right))
 
 

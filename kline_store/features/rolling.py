@@ -1,17 +1,23 @@
-"""Qlib's single-series rolling operators (pandas rolling(N, min_periods=1); N = 0 is expanding).
+"""Qlib's single-series rolling operators that need whole windows: Skew, Kurt, Quantile, Med, Mad, Rank,
+IdxMax, IdxMin, WMA; and Ref, Delta. (Sum, Mean, Std, ... are window sums, in moments.py.)
+
+pandas rolling(N, min_periods=1); N = 0 is expanding.
 
 Every function takes x [S, T] (NaN outside the symbol's span, see window.py), the window N and the Span, and
 returns float64 [S, T]: pandas computes rolling statistics in float64 whatever the input, so the engine does.
-NaN rows are skipped and a window needs one valid row (min_periods=1); the exceptions are pandas' own:
-Std/Var need 2, Skew 3, Kurt 4, Count gives 0 where nothing is valid. Windows before the first bar are NaN
-padding, which for NaN-skipping statistics is exactly Qlib's shorter window at the start of a series.
+NaN rows are skipped and a window needs one valid row (min_periods=1), Skew 3 and Kurt 4 (pandas' own
+minimums). Windows before the first bar are NaN padding, which for NaN-skipping statistics is exactly Qlib's
+shorter window at the start of a series; IdxMax/IdxMin and WMA, which count rows, use the span's age.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
+from .moments import wcount
 from .window import Span, rolling, shift, window_length
 
 _NAN = float("nan")
@@ -41,34 +47,6 @@ def _apply(fn, x: Tensor, n: int, span: Span) -> Tensor:
     return rolling(fn, [_f64(x)], _n(n, span), span)
 
 
-def r_sum(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        out = torch.where(valid, w, 0).sum(-1)
-        return torch.where(valid.any(-1), out, _NAN)
-    return _apply(f, x, n, span)
-
-
-def r_mean(x: Tensor, n: int, span: Span) -> Tensor:
-    return _apply(lambda w, _age: _moments(w)[2], x, n, span)
-
-
-def r_count(x: Tensor, n: int, span: Span) -> Tensor:
-    return _apply(lambda w, _age: (~torch.isnan(w)).sum(-1).to(torch.float64), x, n, span)
-
-
-def r_var(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid, count, mean = _moments(w)
-        m2 = _central(w, valid, mean).square().sum(-1)
-        return torch.where(count >= 2, m2 / (count - 1), _NAN)
-    return _apply(f, x, n, span)
-
-
-def r_std(x: Tensor, n: int, span: Span) -> Tensor:
-    return r_var(x, n, span).sqrt()
-
-
 def r_skew(x: Tensor, n: int, span: Span) -> Tensor:
     def f(w, _age):
         valid, count, mean = _moments(w)
@@ -90,40 +68,34 @@ def r_kurt(x: Tensor, n: int, span: Span) -> Tensor:
     return _apply(f, x, n, span)
 
 
-def _extreme(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
+def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
+    """pandas' linear interpolation between the order statistics lo = floor(q (count - 1)) and lo + 1 of the
+    valid values. Only the k smallest (q < 0.5) or largest values can hold them, k about q N + 2: topk on k
+    instead of sorting whole windows."""
+    n = _n(n, span)
+    largest = q >= 0.5
+    k = min(n, (math.ceil((1 - q) * (n - 1)) if largest else math.floor(q * (n - 1))) + 2)
     fill = float("-inf") if largest else float("inf")
 
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        filled = torch.where(valid, w, fill)
-        out = filled.amax(-1) if largest else filled.amin(-1)
-        return torch.where(valid.any(-1), out, _NAN)
-    return _apply(f, x, n, span)
+    x = _f64(x)
+    nan = torch.isnan(x)
+    counts = wcount((~nan).to(torch.float64), n)
+    key = torch.where(nan, fill, x)  # invalid rows sort past every valid one
 
-
-def r_max(x: Tensor, n: int, span: Span) -> Tensor:
-    return _extreme(x, n, span, True)
-
-
-def r_min(x: Tensor, n: int, span: Span) -> Tensor:
-    return _extreme(x, n, span, False)
-
-
-def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
-    """pandas' linear interpolation between the order statistics of the valid values."""
-    def f(w, _age):
-        valid = ~torch.isnan(w)
-        count = valid.sum(-1)
-        ordered = torch.where(valid, w, float("inf")).sort(-1).values
+    def f(w, w_count, _age):
+        count = w_count[..., -1].long()  # the count at the window's own (newest) bar
+        top = w.topk(k, -1, largest=largest, sorted=True).values
         pos = q * (count - 1).clamp(min=0).to(torch.float64)
         lo = pos.floor().long()
         hi = torch.minimum(lo + 1, (count - 1).clamp(min=0))
-        v_lo = ordered.gather(-1, lo[..., None])[..., 0]
-        v_hi = ordered.gather(-1, hi[..., None])[..., 0]
-        frac = pos - lo
+        if largest:  # rank r from the bottom is index count-1-r from the top
+            lo, hi = (count - 1 - lo).clamp(min=0), (count - 1 - hi).clamp(min=0)
+        v_lo = top.gather(-1, lo[..., None])[..., 0]
+        v_hi = top.gather(-1, hi[..., None])[..., 0]
+        frac = pos - pos.floor()
         out = torch.where(frac > 0, v_lo + (v_hi - v_lo) * frac, v_lo)
         return torch.where(count > 0, out, _NAN)
-    return _apply(f, x, n, span)
+    return rolling(f, [key, counts], n, span, fill=fill)
 
 
 def r_med(x: Tensor, n: int, span: Span) -> Tensor:
@@ -139,36 +111,36 @@ def r_mad(x: Tensor, n: int, span: Span) -> Tensor:
 
 
 def r_rank(x: Tensor, n: int, span: Span) -> Tensor:
-    """pandas rolling rank(pct=True): average rank of the newest value among the valid ones, / count."""
+    """pandas rolling rank(pct=True): average rank of the newest value among the valid ones, / count.
+    (Comparisons with NaN are false, so NaN rows count neither as less nor as equal.)"""
+    n = _n(n, span)
+    x = _f64(x)
+    count = wcount((~torch.isnan(x)).to(torch.float64), n)
+
     def f(w, _age):
-        valid = ~torch.isnan(w)
         newest = w[..., -1:]
-        less = (valid & (w < newest)).sum(-1)
-        equal = (valid & (w == newest)).sum(-1)
-        out = (less + (equal + 1) / 2) / valid.sum(-1)
-        return torch.where(torch.isnan(newest[..., 0]), _NAN, out)
-    return _apply(f, x, n, span)
+        return (w < newest).sum(-1) + ((w == newest).sum(-1) + 1) / 2
+    out = rolling(f, [x], n, span) / count
+    return torch.where(torch.isnan(x), _NAN, out)
 
 
 def _idx(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
-    """Qlib: rolling.apply(lambda x: x.argmax() + 1, raw=True). numpy's argmax takes the first NaN as the
-    maximum (argmin too), else the first extreme; positions count from the oldest row of the window as Qlib's
-    series has it, which near the first bar is shorter than N."""
+    """Qlib: rolling.apply(lambda x: x.argmax() + 1, raw=True). numpy's argmax takes a NaN as the maximum
+    (argmin: as the minimum) and the first of equal extremes; positions count from the oldest row of the
+    window as Qlib's series has it, which near the first bar is shorter than N. Rows outside the span get
+    the value that never wins. (A real +-inf in the data ties with NaN here, where numpy prefers the NaN.)"""
     n = _n(n, span)
+    x = _f64(x)
+    nan = torch.isnan(x)
+    win, lose = (float("inf"), float("-inf")) if largest else (float("-inf"), float("inf"))
+    key = torch.where(span.present, torch.where(nan, win, x), lose)
 
     def f(w, age):
-        j = torch.arange(n, device=w.device)
-        offset = n - window_length(age, n)  # padding columns before the series' first row
-        inside = j >= offset[..., None]
-        isnan = torch.isnan(w) & inside
-        first_nan = isnan.to(torch.uint8).argmax(-1)
-        fill = float("-inf") if largest else float("inf")
-        filled = torch.where(inside & ~isnan, w, fill)
-        best = filled.argmax(-1) if largest else filled.argmin(-1)
-        pos = torch.where(isnan.any(-1), first_nan, best) - offset + 1
-        has_valid = (inside & ~torch.isnan(w)).any(-1)
-        return torch.where(has_valid, pos.to(torch.float64), _NAN)
-    return rolling(f, [_f64(x)], n, span)
+        best = w.argmax(-1) if largest else w.argmin(-1)
+        offset = n - window_length(age, n)  # window slots before the series' first row
+        return (best - offset + 1).to(torch.float64)
+    out = rolling(f, [key], n, span, fill=lose)
+    return torch.where(wcount((~nan).to(torch.float64), n) > 0, out, _NAN)
 
 
 def r_idxmax(x: Tensor, n: int, span: Span) -> Tensor:

@@ -10,6 +10,7 @@ how many rows the truncated window really holds.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Sequence
 
 import torch
@@ -27,8 +28,9 @@ class Span:
     last: Tensor  # int64 [S]
     n_bars: int
 
-    @property
+    @cached_property
     def present(self) -> Tensor:
+        """[S, T] bool: the bar lies inside the symbol's span."""
         t = torch.arange(self.n_bars, device=self.first.device)
         return (t >= self.first[:, None]) & (t <= self.last[:, None])
 
@@ -66,14 +68,15 @@ def shift(x: Tensor, n: int) -> Tensor:
     return out
 
 
-def rolling(fn: Callable[..., Tensor], xs: Sequence[Tensor], n: int, span: Span) -> Tensor:
+def rolling(fn: Callable[..., Tensor], xs: Sequence[Tensor], n: int, span: Span,
+            fill: float = float("nan")) -> Tensor:
     """fn over sliding windows: fn(windows, age) with windows [S, B, n] (oldest first, newest last, NaN before
-    the block) for a block of B bars and age [S, B] (span.age of those bars); returns [S, T].
+    the block, or `fill`) for a block of B bars and age [S, B] (span.age of those bars); returns [S, T].
 
     Bars are processed in blocks so that the unfolded windows stay under _BLOCK_ELEMENTS; unfold is a view,
     fn's temporaries are what costs memory."""
     n_sym, n_bars = xs[0].shape
-    padded = [torch.nn.functional.pad(x, (n - 1, 0), value=float("nan")) for x in xs]
+    padded = [torch.nn.functional.pad(x, (n - 1, 0), value=fill) for x in xs]
     age = span.age()
     step = max(1, _BLOCK_ELEMENTS // max(1, n_sym * n))
     outs = []

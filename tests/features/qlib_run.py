@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 HERE = Path(__file__).parent
 DEFAULT_QLIB_PYTHON = Path(__file__).parents[2] / ".venv-qlib" / "bin" / "python"
@@ -42,3 +43,62 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, rtol: float = 1e-4, atol: fl
     inf = np.isinf(theirs) & ~np.isfinite(ours)
     close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
     return both_nan | inf | close
+
+
+def real_data() -> Path:
+    """The shared real-data folder (KLINE_REAL_DATA, else ../shared/data/real beside the repository), or skip."""
+    env = os.environ.get("KLINE_REAL_DATA")
+    path = Path(env) if env else Path(__file__).resolve().parents[3] / "shared" / "data" / "real"
+    if not path.is_dir():
+        pytest.skip(f"real data not found at {path}")
+    return path
+
+
+def frames_panel(frames: dict, fields: tuple[str, ...] = ("open", "close", "high", "low", "volume")) -> dict:
+    """Qlib instrument name -> DataFrame (date 'YYYY-MM-DD' + fields) as a panel: the union of the dates, each
+    symbol's span from its first to its last row, NaN on the days inside the span it lacks (as Qlib pads)."""
+    if not frames:
+        pytest.skip("no input files")
+    dates = np.array(sorted(set().union(*(set(df["date"]) for df in frames.values()))))
+    index = {d: i for i, d in enumerate(dates)}
+    values = np.full((len(fields), len(frames), len(dates)), np.nan, dtype=np.float32)
+    first, last = [], []
+    for s, df in enumerate(frames.values()):
+        pos = df["date"].map(index).to_numpy()
+        values[:, s, pos] = df[list(fields)].to_numpy(dtype=np.float32).T
+        first.append(pos.min())
+        last.append(pos.max())
+    return {"dates": dates, "symbols": np.array(list(frames)), "fields": np.array(fields), "values": values,
+            "first": np.array(first, dtype=np.int64), "last": np.array(last, dtype=np.int64)}
+
+
+def csv_panel(files: list[Path]) -> dict:
+    """ashare_qfq_daily: one file per symbol (000001.csv), date,open,close,high,low,volume."""
+    import pandas as pd
+
+    return frames_panel({("SH" if f.stem.startswith("6") else "SZ") + f.stem: pd.read_csv(f, dtype={"date": str})
+                         for f in sorted(files)})
+
+
+def tushare_panel(files: list[Path]) -> dict:
+    """tushare pro.daily files (000001.SZ.csv): trade_date YYYYMMDD, newest first, vol in lots."""
+    import pandas as pd
+
+    frames = {}
+    for f in sorted(files):
+        df = pd.read_csv(f, dtype={"trade_date": str}).rename(columns={"vol": "volume"})
+        df["date"] = df["trade_date"].str.slice(0, 4) + "-" + df["trade_date"].str.slice(4, 6) + "-" + \
+            df["trade_date"].str.slice(6, 8)
+        code, market = f.stem.split(".")
+        frames[market + code] = df.iloc[::-1].reset_index(drop=True)
+    return frames_panel(frames)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread while a test runs: on a small shared machine torch's default (a thread per core)
+    oversubscribes and runs these many small tensor operations several times slower."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

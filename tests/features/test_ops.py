@@ -3,13 +3,18 @@ and differing first/last bars, written with Qlib's storage classes and computed 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 from kline_store.features.evaluate import evaluate
 
-from qlib_run import agreement, qlib_features
+sys.path.insert(0, str(Path(__file__).parent))
+from qlib_run import agreement, qlib_features  # noqa: E402
+from qlib_run import one_thread  # noqa: E402,F401  (an autouse fixture)
 
 WINDOWED = ["Mean", "Sum", "Std", "Var", "Max", "Min", "IdxMax", "IdxMin", "Med", "Mad", "Rank", "Count",
             "Delta", "Slope", "Rsquare", "Resi", "WMA"]
@@ -37,14 +42,16 @@ EXPRS = [
 def make_panel(seed: int, n_sym: int = 6, n_bars: int = 160) -> dict:
     rng = np.random.default_rng(seed)
     dates = np.datetime_as_string(np.busday_offset("2020-01-01", np.arange(n_bars), roll="forward"), unit="D")
-    first = np.r_[0, rng.integers(0, 40, n_sym - 1)]
-    last = np.r_[n_bars - 1, rng.integers(n_bars - 40, n_bars, n_sym - 1)]
+    edge = min(40, n_bars // 4)
+    first = np.r_[0, rng.integers(0, edge, n_sym - 1)]
+    last = np.r_[n_bars - 1, rng.integers(n_bars - edge, n_bars, n_sym - 1)]
     close = np.round(10 * np.exp(np.cumsum(rng.normal(0, 0.02, (n_sym, n_bars)), axis=1)), 2)
-    close[1, 50:60] = close[1, 50]  # a flat run: Corr/Rsquare guards, Skew/Kurt of a constant
+    flat = n_bars // 3
+    close[1, flat: flat + 10] = close[1, flat]  # a flat run: Corr/Rsquare guards, Skew/Kurt of a constant
     open_ = np.round(close * np.exp(rng.normal(0, 0.01, close.shape)), 2)
     high = np.maximum(open_, close) + np.round(rng.uniform(0, 0.2, close.shape), 2)
     low = np.minimum(open_, close) - np.round(rng.uniform(0, 0.2, close.shape), 2)
-    high[2, 30:33] = low[2, 30:33] = open_[2, 30:33] = close[2, 30:33]  # limit-locked bars: high == low
+    high[-1, 30:33] = low[-1, 30:33] = open_[-1, 30:33] = close[-1, 30:33]  # limit-locked bars: high == low
     volume = np.round(rng.lognormal(8, 1, close.shape), -2)  # rounded: ties for Rank/IdxMax
     values = np.stack([close, open_, high, low, volume]).astype(np.float32)
     for s in range(n_sym):
@@ -53,7 +60,7 @@ def make_panel(seed: int, n_sym: int = 6, n_bars: int = 160) -> dict:
             values[:, s, at: at + rng.integers(1, 6)] = np.nan
         holes = rng.random(n_bars) < 0.05
         values[4, s, holes] = np.nan  # volume alone missing
-    values[:, 3, first[3]] = np.nan  # a series whose first row is NaN (Ref(x, 0), IdxMax's NaN rule)
+    values[:, n_sym // 2, first[n_sym // 2]] = np.nan  # a series whose first row is NaN (Ref(x, 0), IdxMax's NaN rule)
     values[:, np.arange(n_sym)[:, None], np.arange(n_bars)] *= np.where(
         (np.arange(n_bars) >= first[:, None]) & (np.arange(n_bars) <= last[:, None]), 1, np.nan)
     return {"dates": dates, "symbols": np.array([f"SH60{s:04d}" for s in range(n_sym)]),
