@@ -40,9 +40,8 @@ LAYERS = {
                 "__init__"],
     "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
                 "__init__"],
-    "features": ["nodes", "parse", "window", "rolling", "regression", "pairwise", "smooth", "ops",
-                 "evaluate", "sets", "plan", "compute", "processors", "fit", "process",
-                 "__init__"],
+    "features": ["nodes", "parse", "window", "moments", "rolling", "smooth", "ops", "evaluate", "sets",
+                 "plan", "compute", "processors", "fit", "process", "__init__"],
     "cli": ["perf", "features", "main", "__init__", "__main__"],
 }
 

@@ -16,9 +16,9 @@ DEFAULT_QLIB_PYTHON = Path(__file__).parents[2] / ".venv-qlib" / "bin" / "python
 
 
 def qlib_python() -> Path:
-    """Qlib's interpreter (KLINE_QLIB_PYTHON, else .venv-qlib beside the repository or in /work/main), or skip."""
+    """Qlib's interpreter (KLINE_QLIB_PYTHON, else .venv-qlib in the repository), or skip."""
     env = os.environ.get("KLINE_QLIB_PYTHON")
-    candidates = [Path(env)] if env else [DEFAULT_QLIB_PYTHON, Path("/work/main/.venv-qlib/bin/python")]
+    candidates = [Path(env)] if env else [DEFAULT_QLIB_PYTHON]
     for path in candidates:
         if path.exists():
             return path

@@ -28,8 +28,7 @@ from kline_store.features.processors import (
 )
 
 HERE = Path(__file__).parent
-QLIB_CANDIDATES = [Path(__file__).parents[2] / ".venv-qlib" / "bin" / "python",
-                   Path("/work/main/.venv-qlib/bin/python")]
+QLIB_CANDIDATES = [Path(__file__).parents[2] / ".venv-qlib" / "bin" / "python"]
 
 # One list drives both sides: [Qlib class name, Qlib kwargs], fields_group as Qlib names it.
 PROCS = {
