@@ -71,13 +71,14 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, inst
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("--calendar", type=click.Path(), help="File of trading dates listing the new dates (daily stores).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, wait, calendar, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
         rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern)
+                  symbol_pattern=symbol_pattern, calendar=calendar)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

@@ -283,8 +283,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
 def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
     """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
     pos = np.searchsorted(calendar, keys)
-    pos_c = np.minimum(pos, len(calendar) - 1)
-    off = calendar[pos_c] != keys
+    pos_c = np.minimum(pos, max(len(calendar) - 1, 0))
+    off = calendar[pos_c] != keys if len(calendar) else np.ones(len(keys), dtype=bool)
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
