@@ -50,15 +50,16 @@ def cli() -> None:
 @click.option("--sessions", metavar="NAME|FILE",
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
+@click.option("--timezone", metavar="ZONE", help="The exchange's zone (Asia/Shanghai): UTC offsets are converted to it.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
 def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, instruments, wait, freq, sessions, stamp,
-           quiet) -> None:
+           timezone, quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments)
+              instruments=instruments, timezone=timezone)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

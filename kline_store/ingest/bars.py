@@ -297,12 +297,16 @@ def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit:
     return pos
 
 
+NAIVE = "exchange-local, naive"   # the manifest's timezone of a store built without --timezone
+
+
 @dataclass(frozen=True)
 class Axis:
     """A store's time axis: its bar size, the unit of its keys, and (intraday) its session template."""
 
     freq: str
     sessions: SE.Sessions | None = None
+    timezone: str | None = None      # an IANA zone (stamps with UTC offsets were converted to it), or None
 
     @property
     def unit(self) -> str:
@@ -310,17 +314,19 @@ class Axis:
 
     def manifest(self) -> dict:
         """The manifest's record of the axis."""
-        return {"freq": self.freq, "timezone": "exchange-local, naive",
+        return {"freq": self.freq, "timezone": self.timezone or NAIVE,
                 "sessions": self.sessions.as_dict() if self.sessions else None}
 
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
-        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None)
+        tz = manifest.get("timezone")
+        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
+                   tz if tz and tz != NAIVE else None)
 
 
-def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
-                ) -> Axis:
+def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None,
+                timezone: str | None = None) -> Axis:
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
     day (then the most common gap between a symbol's bars of a day)."""
     f = TA.parse_freq(freq) if freq is not None else None
@@ -336,7 +342,7 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
         raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
-    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
+    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None, timezone)
 
 
 def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P, qlib_store as Q
+from . import adjust, columns as C, dates as D, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -32,8 +32,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            user_map: dict[str, str] | None = None, map: Sequence[str] | None = None, strict: bool = False,
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
-           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None
-           ) -> IngestReport:
+           sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
+           timezone: str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -59,6 +59,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         stamp: "end" (default) or "start": how bars are stamped, with ``sessions``.
         instruments: with a Qlib provider directory: the symbols of ``instruments/<name>.txt`` ("all", the
             default, "csi300", ...) or of a file in that format.
+        timezone: the exchange's IANA zone ("Asia/Shanghai"): stamps with a UTC offset or ``Z`` and
+            zone-aware Parquet columns are converted to its clock, and it is recorded in the manifest. Without
+            it, one offset per column keeps its wall clock and mixed offsets are refused.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -92,7 +95,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                 built = Q.build_store(qlib, out, capacity)
             else:
                 result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                                (freq, sessions, stamp))
+                                (freq, sessions, stamp, D.check_timezone(timezone)))
         except BaseException:
             _clean_failure(out, held, first=not has_store)
             raise
@@ -148,7 +151,9 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in files) > WHOLE_FILE
     spill = W.staging_dir(out) / "bars.spill" if big else None
-    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern)
+    with D.exchange_zone(axis_args[3]):   # stamps with UTC offsets: to the exchange's clock (--timezone)
+        bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill,
+                         symbol_pattern=symbol_pattern)
     axis = choose_axis(bars, *axis_args)
     keys = bars.keys(axis.unit)
     cal = build_calendar(keys, axis, calendar)

@@ -177,6 +177,7 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
         all((b - a) % TA.minutes(target) == 0 for a, b in template.intervals)
     extra = {"calendar_source": f"resampled from {st.path} ({st.freq})",
              "sessions": template.as_dict() if keep_sessions else None,
+             "timezone": st.manifest.get("timezone") or "exchange-local, naive",
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, TA.stamps(per.keys, TA.unit(target)), fields, extra=extra, wait=wait,
                  freq=target, sources=[{"path": str(st.path), "freq": st.freq, "version": st.version}])

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, columns as C, panel as P
+from . import adjust, columns as C, dates as D, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar
@@ -76,11 +76,12 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     """
     t0 = time.perf_counter()
     store_dir = Path(store)
-    mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
-    bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                     symbol_pattern=symbol_pattern)
+    with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
+        bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
+                         symbol_pattern=symbol_pattern)
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None else None
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
