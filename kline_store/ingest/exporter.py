@@ -15,6 +15,7 @@ import polars as pl
 
 from ..errors import InputError
 from .qlib_store import export_provider
+from ..store import safefs
 from ..store.snapshot import open_store
 
 
@@ -46,6 +47,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
     returns the number of symbols written then.
     """
+    safefs.outside_store(path, out)
     if fmt == "qlib":
         return export_provider(path, out).symbols
     out = Path(out)
@@ -65,6 +67,9 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+    except pl.exceptions.PolarsError as exc:   # polars reports a full disk or an I/O error as its own kinds
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{out}: cannot write the export ({' '.join(str(exc).split())[:200]})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

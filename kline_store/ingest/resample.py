@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store import sessions as SE, timeaxis as TA
+from ..store import safefs, sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
@@ -155,6 +155,7 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
             store at ``out`` without ``replace``.
     """
     st = store if isinstance(store, Store) else open_store(store)
+    safefs.outside_store(st.path, out)
     target = TA.parse_freq(freq)
     if st.freq == TA.DAILY:
         raise InputError(f"{st.path}: a daily store; resample makes coarser bars of an intraday store")
