@@ -98,6 +98,8 @@ class Store:
     @property
     def panel(self) -> np.ndarray:
         """Read-only [n_symbols, n_dates, n_fields] float32 view of the memmap; NaN where there is no bar."""
+        if self._raw is None:
+            raise StoreError(f"{self.path}: this Store (version {self.version}) is closed; open_store() it again")
         v = self._raw[: self.n_symbols, : self.n_dates, : self.n_fields].view(np.ndarray)
         v.flags.writeable = False
         return v

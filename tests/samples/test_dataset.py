@@ -405,3 +405,23 @@ def test_a_single_field_may_be_a_string(small):
 def test_a_raw_price_label_is_refused_with_adjusted_inputs(split7):
     with pytest.raises(InputError, match="label='close' with adjust='forward'"):
         KlineDataset(split7, window=5, label="close", adjust="forward")
+
+
+def test_a_dataset_over_a_closed_store_says_so(tmp_path):
+    """Issue 19: it failed as "cannot reshape array of size 0"."""
+    from kline_store.errors import StoreError
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    st_ = open_store(path)
+    st_.close()
+    with pytest.raises(StoreError, match="this Store .* is closed"):
+        KlineDataset(st_, window=5, horizon=1)
+
+
+def test_a_loader_state_from_another_store_version_is_refused(tmp_path):
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    ld = KlineDataset(path, window=5, horizon=1).loader(batch_size=8)
+    state = ld.state_dict()
+    assert state["version"] == 1
+    with pytest.raises(InputError, match="taken on store version 7; this dataset reads version 1"):
+        ld.load_state_dict({**state, "version": 7})
+    ld.load_state_dict(state)
