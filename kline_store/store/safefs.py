@@ -66,6 +66,22 @@ def read_entry(path: Path) -> bytes:
         os.close(fd)
 
 
+def read_small(path: Path, limit: int) -> bytes:
+    """The bytes of a small file we did not write (a tuning file): a regular file, no link, no FIFO, at most
+    ``limit`` bytes, else StoreError; OSError (a missing file) for the caller."""
+    fd = open_entry(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise StoreError(f"{path}: {size} bytes, more than the {limit} such a file may have")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise StoreError(f"{path}: more than the {limit} bytes such a file may have")
+        return data
+    finally:
+        os.close(fd)
+
+
 def check_dir(path: Path) -> bool:
     """True when ``path`` is a real folder, False when it does not exist.
 
