@@ -176,6 +176,16 @@ def _register_perf_commands() -> None:
 _register_perf_commands()
 
 
+def _os_limit(exc: OSError) -> str:
+    import errno
+    import resource
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return f"too many open files (this process may open {soft}; raise it with `ulimit -n`)"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def main() -> None:
     """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
     try:
@@ -192,6 +202,10 @@ def main() -> None:
         _fail("interrupted", 130)
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as exc:   # the system's limits (open files, memory maps) say what they are
+        if os.environ.get("KLINE_STORE_DEBUG"):
+            raise
+        _fail(_os_limit(exc))
     except Exception as exc:  # an unexpected failure still gets one line; the traceback on request
         if os.environ.get("KLINE_STORE_DEBUG"):
             raise

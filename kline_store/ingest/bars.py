@@ -261,6 +261,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such calendar file")
+    if not p.is_file():   # a FIFO would block the read forever; a folder is no calendar
+        raise InputError(f"{p}: not a regular file; a calendar is a CSV or Parquet file of dates")
     try:
         if is_parquet(p):
             df = pl.read_parquet(p, glob=False)

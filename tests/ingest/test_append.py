@@ -395,3 +395,20 @@ def test_append_keeps_to_the_calendar_file_of_the_store(tmp_path):
     ingest([tmp_path / "all.csv"], tmp_path / "ref", calendar=str(cal2))
     assert_same_store(open_store(tmp_path / "s", verify=True), open_store(tmp_path / "ref"))
     assert open_store(tmp_path / "s").manifest["calendar_source"] == str(cal2)
+
+
+def test_a_calendar_fifo_and_a_lack_of_file_descriptors_are_one_line(tmp_path):
+    """Issue 19: a calendar FIFO hung the read; `ulimit -n 8` was "unexpected OSError"."""
+    fifo = tmp_path / "cal.csv"
+    os.mkfifo(fifo)
+    a = write(tmp_path / "a.csv", "symbol,date,close\nX,2024-01-02,1\n")
+    r = run_cli("ingest", str(a), "-o", str(tmp_path / "s"), "--calendar", str(fifo), timeout=60)
+    assert r.returncode == 1 and "cal.csv: not a regular file" in r.stderr
+    ingest([a], tmp_path / "s")
+    b = write(tmp_path / "b.csv", "symbol,date,close\nX,2024-01-03,2\n")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (8, 8)); "
+            "from kline_store.cli.main import main; sys.argv = ['kline-store', 'append', sys.argv[1], sys.argv[2]]; main()")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), str(b)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "too many open files (this process may open 8" in r.stderr and "unexpected" not in r.stderr

@@ -289,3 +289,11 @@ def test_am_pm_and_utc_offsets_land_on_the_exchange_clock(tmp_path):
     more = write(tmp_path / "more.csv", "dt,close\n2020-07-01T01:33:00Z,3\n2020-07-01T09:34:00+08:00,4\n")
     append(tmp_path / "z", [more])     # the store's zone converts the append's stamps too
     assert [str(d) for d in open_store(tmp_path / "z").dates[2:]] == ["2020-07-01T09:33", "2020-07-01T09:34"]
+
+
+def test_a_day_of_pre_session_bars_with_sessions_is_one_line(tmp_path):
+    """Issue 19: a single day of pre-session bars with --sessions gave "unexpected IndexError"."""
+    p = write(tmp_path / "pre.csv", "dt,close\n2024-01-02 08:01,1\n2024-01-02 08:02,2\n")
+    r = run_cli("ingest", str(p), "-o", str(tmp_path / "s"), "--sessions", "ashare", "--freq", "1min")
+    assert r.returncode == 1 and "not in the calendar (2024-01-02 08:01, 2024-01-02 08:02)" in r.stderr
+    assert "unexpected" not in r.stderr and not (tmp_path / "s").exists()
