@@ -144,8 +144,10 @@ def read_tune_file(path: Path) -> dict[str, Any]:
         raw = safefs.read_small(path, MAX_TUNE_BYTES)
     except FileNotFoundError:
         return {}
-    except (OSError, KlineStoreError) as exc:
-        raise InputError(f"{path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except KlineStoreError as exc:   # safefs names the file
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
     try:
         data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
