@@ -1,8 +1,11 @@
 """Date cells -> local timestamps: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
 
 The result keeps the time of day when the file has one (intraday bars need it; a daily file's constant
-``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive: a time-zone-aware
-Parquet column keeps its local wall clock, not UTC. Long files repeat each date once per symbol, so only the
+``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive. A stamp is read
+whole or refused (``1:31 PM`` is 13:31; ``09:31 foo`` is an error). With an exchange zone (:func:`exchange_zone`,
+from ``--timezone`` or the store's manifest) stamps with a UTC offset or ``Z`` and zone-aware Parquet columns
+are converted to its clock; without one, a zone-aware column or a single offset keeps its wall clock and mixed
+offsets are refused naming the first two. Long files repeat each date once per symbol, so only the
 distinct values are parsed. Dates outside 1800-01-01..2200-12-31 are errors: such a value is a placeholder or
 a typo, and a calendar stretched to it would reserve room for centuries of days.
 """
