@@ -78,7 +78,9 @@ def agreed_version(store: Any, version: int) -> int | None:
         kv = dist.distributed_c10d._get_default_store()
     except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
         return None
-    name = f"kline-store/version/{store.manifest.get('created_at', '')}/{Path(str(store.path)).name}"
+    m = store.manifest   # what stays the same across a store's versions, and tells stores apart on any node
+    first = (m.get("calendar") or [""])[0], (m.get("symbols") or [""])[0]
+    name = f"kline-store/version/{m.get('created_at', '')}/{Path(str(store.path)).name}/{first[0]}/{first[1]}"
     _OPENS[name] = _OPENS.get(name, 0) + 1
     got = kv.compare_set(f"{name}/{_OPENS[name]}", "", str(int(version)))
     return int(got)
