@@ -425,3 +425,16 @@ def test_a_loader_state_from_another_store_version_is_refused(tmp_path):
     with pytest.raises(InputError, match="taken on store version 7; this dataset reads version 1"):
         ld.load_state_dict({**state, "version": 7})
     ld.load_state_dict(state)
+
+
+def test_a_version_the_other_ranks_read_that_is_gone_is_one_line(tmp_path, monkeypatch):
+    """Issue 19 (DDP on one version): a rank that cannot open the agreed version fails in one line."""
+    from kline_store.errors import StoreError
+    from kline_store.samples import dataset as DS
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    monkeypatch.setattr(DS, "agreed_version", lambda store, version: 7)
+    with pytest.raises(StoreError, match=r"the other ranks read store version 7, this rank opened version 1") as e:
+        KlineDataset(path, window=5, horizon=1)
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(DS, "agreed_version", lambda store, version: None)      # no process group: as opened
+    assert KlineDataset(path, window=5, horizon=1).version == 1
