@@ -14,6 +14,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
+from .inputs import check_address_space
 from .qlib_store import export_provider
 from ..store import safefs
 from ..store.snapshot import open_store
@@ -48,6 +49,7 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     returns the number of symbols written then.
     """
     safefs.outside_store(path, out)
+    check_address_space()
     if fmt == "qlib":
         return export_provider(path, out).symbols
     out = Path(out)
