@@ -69,15 +69,16 @@ def _check_freq(ctx, param, value):
 @click.option("--sessions", metavar="NAME|FILE",
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
+@click.option("--timezone", metavar="ZONE", help="The exchange's zone (Asia/Shanghai): UTC offsets are converted to it.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
 def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, na, skip_bad, exclude, instruments,
-           wait, freq, sessions, stamp, quiet) -> None:
+           wait, freq, sessions, stamp, timezone, quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
               replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
+              instruments=instruments, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude, timezone=timezone)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -94,13 +95,16 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symb
 @click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
 @click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+@click.option("--calendar", type=click.Path(), help="File of trading dates listing the new dates (daily stores).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, skip_bad, exclude, wait, quiet) -> None:
+def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, skip_bad, exclude, wait, calendar,
+           quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
         rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude)
+                  symbol_pattern=symbol_pattern, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude,
+                  calendar=calendar)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -215,6 +219,16 @@ def _register_torch_commands() -> None:
 _register_torch_commands()
 
 
+def _os_limit(exc: OSError) -> str:
+    import errno
+    import resource
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return f"too many open files (this process may open {soft}; raise it with `ulimit -n`)"
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
 def main() -> None:
     """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
     try:
@@ -231,6 +245,10 @@ def main() -> None:
         _fail("interrupted", 130)
     except BrokenPipeError:
         sys.exit(1)
+    except OSError as exc:   # the system's limits (open files, memory maps) say what they are
+        if os.environ.get("KLINE_STORE_DEBUG"):
+            raise
+        _fail(_os_limit(exc))
     except Exception as exc:  # an unexpected failure still gets one line; the traceback on request
         if os.environ.get("KLINE_STORE_DEBUG"):
             raise

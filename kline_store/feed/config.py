@@ -10,6 +10,11 @@ A configuration is a plain dict::
 The defaults gather in as many threads as this process has cores (divided among the ranks of a node); ``tune.py``
 measures the alternatives and saves the winner per (window, batch size, device kind, core count) where
 ``config="auto"`` finds it. Pure functions and small JSON files; no torch.
+
+A tuning file is untrusted, like every file we read: it is opened through ``safefs`` (a regular file, no link,
+no FIFO, at most 1 MiB), parsed without ``Infinity``/``NaN`` and without deep nesting, and its values must fit
+this rank (workers at most the cores it has, prefetch at most what the memory budget allows). A damaged or
+out-of-bounds tuning file gives one warning and the defaults.
 """
 
 from __future__ import annotations
@@ -19,18 +24,24 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .placement import usable_cores
+from ..errors import InputError, KlineStoreError
+from ..store import safefs
+from .placement import host_available_bytes, usable_cores
 
 TUNE_FILE = "tune.json"
 DEFAULT_PREFETCH = 2
 MAX_DEFAULT_WORKERS = 8
 KEYS = ("backend", "num_workers", "prefetch", "pin_memory")
 BACKENDS = ("threads", "processes")
+MAX_TUNE_BYTES = 1 << 20          # a tuning file holds a few entries of a few numbers each
+MAX_DEPTH = 8                     # of nested objects in it
+PREFETCH_BUDGET = 8               # prefetched chunks (about 8 MiB each) may take up to 1/8 of available memory
+CHUNK_ESTIMATE = 8 << 20
 
 
 def local_world_size() -> int:
@@ -76,7 +87,7 @@ def normalize_config(config: dict[str, Any], device: Any = None) -> dict[str, An
         raise InputError(f"loader config: backend must be 'threads' or 'processes', got {out['backend']!r}")
     try:
         out["num_workers"], out["prefetch"] = int(out["num_workers"]), int(out["prefetch"])
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise InputError(f"loader config: num_workers and prefetch must be integers (got {out['num_workers']!r}, "
                          f"{out['prefetch']!r})") from None
     if out["num_workers"] < 0 or out["prefetch"] < 1:
@@ -104,13 +115,74 @@ def _candidate_files(store_path: str | os.PathLike) -> list[Path]:
     return [p / TUNE_FILE, _cache_file(p)]
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def _cache_ok(path: Path) -> bool:
+    """The per-user cache folder (and its parents under the home folder) are real folders, not links."""
+    folder = path.parent
     try:
-        with open(path) as fh:
-            data = json.load(fh)
-    except (OSError, ValueError):
-        return {}  # missing or damaged: a damaged tuning file only costs a re-tune
-    return data if isinstance(data, dict) else {}
+        return all(not p.is_symlink() for p in (folder, folder.parent)) and (not folder.exists() or folder.is_dir())
+    except OSError:
+        return False
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a tuning file holds")
+
+
+def _depth(obj: Any, level: int = 0) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(obj, dict):
+        return max([_depth(v, level + 1) for v in obj.values()], default=level + 1)
+    if isinstance(obj, list):
+        return max([_depth(v, level + 1) for v in obj], default=level + 1)
+    return level
+
+
+def read_tune_file(path: Path) -> dict[str, Any]:
+    """A tuning file's object; ``{}`` when it does not exist. Raises InputError naming what is wrong with it."""
+    try:
+        raw = safefs.read_small(path, MAX_TUNE_BYTES)
+    except FileNotFoundError:
+        return {}
+    except KlineStoreError as exc:   # safefs names the file
+        raise InputError(str(exc)) from None
+    except OSError as exc:
+        raise InputError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        data = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{path}: not a JSON tuning file ({' '.join(str(exc).split())[:120]})") from None
+    if not isinstance(data, dict) or _depth(data) > MAX_DEPTH:
+        raise InputError(f"{path}: not a tuning file (an object of a few levels)")
+    return data
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    """A tuning file found by ``config="auto"``: missing is ``{}``; damaged is ``{}`` and one warning."""
+    if path.name != TUNE_FILE and not _cache_ok(path):
+        warnings.warn(f"kline-store: ignoring the tuning cache {path.parent} (a link, not a folder); using the "
+                      f"defaults", RuntimeWarning, stacklevel=3)
+        return {}
+    try:
+        return read_tune_file(path)
+    except InputError as exc:
+        warnings.warn(f"kline-store: ignoring {exc}; using the default loader configuration", RuntimeWarning,
+                      stacklevel=3)
+        return {}
+
+
+def bounded(config: dict[str, Any], source: Path) -> dict[str, Any] | None:
+    """A tuned configuration if it fits this rank (workers at most its cores, prefetch within the memory budget),
+    else None and one warning."""
+    cores = max(1, usable_cores() // local_world_size())
+    budget = host_available_bytes() // PREFETCH_BUDGET
+    most = max(1, budget // (CHUNK_ESTIMATE * max(1, config["num_workers"])))
+    if config["num_workers"] <= cores and config["prefetch"] <= most:
+        return config
+    warnings.warn(f"kline-store: ignoring the tuned loader configuration in {source} (num_workers="
+                  f"{config['num_workers']}, prefetch={config['prefetch']}; this rank has {cores} core(s) and "
+                  f"memory for a prefetch of {most}); using the defaults", RuntimeWarning, stacklevel=3)
+    return None
 
 
 def _user() -> str:
@@ -134,17 +206,18 @@ def save_config(store_path: str | os.PathLike, window: int, batch_size: int, dev
     key = config_key(window, batch_size, device)
     last_error: OSError | None = None
     for path in _candidate_files(store_path):
-        data = _read_json(path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")          # a damaged file is replaced: nothing to warn about
+            data = _read_json(path)
         data[key] = entry
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "w") as fh:
-                json.dump(data, fh, indent=1, sort_keys=True)
-            os.replace(tmp, path)
+            if path.name != TUNE_FILE and not _cache_ok(path):
+                raise OSError(f"{path.parent} is a link, not a folder")
+            safefs.write_atomic(path, json.dumps(data, indent=1, sort_keys=True).encode(), durable=False)
             return path
-        except OSError as exc:  # read-only store: fall through to the per-user cache
-            last_error = exc
+        except (OSError, KlineStoreError) as exc:  # read-only store: fall through to the per-user cache
+            last_error = exc  # type: ignore[assignment]
     raise InputError(f"cannot save tuned config for {store_path}: {last_error}")
 
 
@@ -155,9 +228,12 @@ def load_config(store_path: str | os.PathLike, window: int, batch_size: int, dev
         entry = _read_json(path).get(key)
         if isinstance(entry, dict) and isinstance(entry.get("config"), dict):
             try:
-                return normalize_config(entry["config"], device)
+                config = normalize_config(entry["config"], device)
             except InputError:
-                continue
+                warnings.warn(f"kline-store: ignoring the tuned loader configuration in {path} (invalid values); "
+                              f"using the defaults", RuntimeWarning, stacklevel=2)
+                return None
+            return bounded(config, path)
     return None
 
 
@@ -184,9 +260,9 @@ def resolve_config(config: str | os.PathLike | dict[str, Any] | None, store_path
         tuned = load_config(store_path, window, batch_size, device)
         return (tuned, "tuned") if tuned is not None else (normalize_config({}, device), "default")
     path = Path(config)
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():
         raise InputError(f"loader config: {path} does not exist; pass 'auto', a dict, or a JSON file from `tune`")
-    data = _read_json(path)
+    data = read_tune_file(path)
     key = config_key(window, batch_size, device)
     if isinstance(data.get(key), dict) and "config" in data[key]:
         return normalize_config(data[key]["config"], device), "given"

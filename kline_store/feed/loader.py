@@ -64,6 +64,28 @@ class BatchSource(Protocol):
     def resident_nbytes(self) -> int: ...
 
 
+_OPENS: dict[str, int] = {}   # datasets agreeing on each store in this process: the same sequence on every rank
+
+
+def agreed_version(store: Any, version: int) -> int | None:
+    """The store version every rank of the default process group reads: the first rank to ask decides (a
+    compare-and-set in the group's key-value store, so a rank that asks alone never waits); None outside
+    torch.distributed or with one rank (nothing to agree on yet)."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    try:
+        kv = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
+        return None
+    m = store.manifest   # what stays the same across a store's versions, and tells stores apart on any node
+    first = (m.get("calendar") or [""])[0], (m.get("symbols") or [""])[0]
+    name = f"kline-store/version/{m.get('created_at', '')}/{Path(str(store.path)).name}/{first[0]}/{first[1]}"
+    _OPENS[name] = _OPENS.get(name, 0) + 1
+    got = kv.compare_set(f"{name}/{_OPENS[name]}", "", str(int(version)))
+    return int(got)
+
+
 def dist_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """Explicit values, else torch.distributed's when it is initialised, else ``(0, 1)``."""
     if (rank is None or world_size is None) and torch.distributed.is_available() \
@@ -294,11 +316,20 @@ class KlineLoader:
         self.batch_sampler.set_epoch(epoch)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"epoch", "seed", "position", ...}``: plain values, safe to save with a checkpoint."""
-        return self.batch_sampler.state_dict()
+        """``{"epoch", "seed", "position", ..., "version"}``: plain values, safe to save with a checkpoint (the
+        store version the order was made on, when the source has one)."""
+        state = self.batch_sampler.state_dict()
+        version = getattr(self.source, "version", None)
+        return {**state, "version": int(version)} if version is not None else state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from a saved state: the next iteration yields exactly the remaining batches of that epoch."""
+        """Continue from a saved state: the next iteration yields exactly the remaining batches of that epoch.
+        A state taken on another store version is refused in one line (its order indexes other samples)."""
+        version = getattr(self.source, "version", None)
+        if isinstance(state, dict) and state.get("version") is not None and version is not None \
+                and state["version"] != version:
+            raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
+                             f"version {version}: open the dataset with version={state['version']!r} to resume")
         self.batch_sampler.load_state_dict(state)
 
     def __repr__(self) -> str:

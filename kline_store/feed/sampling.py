@@ -204,9 +204,17 @@ class EpochBatches:
 
         The batch size may differ: the next batch starts at the saved sample position.
         """
+        if not isinstance(state, dict):
+            raise InputError(f"loader state is a {type(state).__name__}; expected a dict from state_dict()")
         missing = [k for k in ("epoch", "position") if k not in state]
         if missing:
             raise InputError(f"loader state lacks {', '.join(missing)}; expected a dict from state_dict()")
+        for key in ("epoch", "position"):
+            v = state[key]
+            whole = isinstance(v, (int, np.integer)) and not isinstance(v, bool) or \
+                isinstance(v, (float, np.floating)) and np.isfinite(v) and v == int(v)
+            if not whole or v < 0 or v > 1 << 62:
+                raise InputError(f"loader state has {key}={v!r}; expected a whole number >= 0 from state_dict()")
         for key in ("n", "seed", "shuffle", "rank", "world_size", "tail"):
             if key in state and state[key] != getattr(self, key):
                 raise InputError(f"loader state has {key}={state[key]!r} but this loader has "

@@ -8,11 +8,14 @@ builds the batch's tensors as views of the slot. When the last tensor viewing a 
 the numpy buffer that every view keeps alive), the slot's flag in the ring's first page is cleared and the worker
 may fill it again. A worker that finds no free slot (the trainer keeps many batches) sends plain tensors instead,
 so nothing waits and nothing is overwritten while it is read.
+
+Each ring belongs to an owner (the loader's process pool): :func:`release` drops the training process's mappings
+of its rings when its workers end (an epoch without persistent workers) or the loader closes or is collected; a
+mapping is unmapped when the last batch viewing it is freed. There is no cap on live rings.
 """
 
 from __future__ import annotations
 
-import collections
 import math
 import mmap
 import os
@@ -29,7 +32,6 @@ from .buffers import Layout, numpy_dtype
 
 _ALIGN = 64
 _HEADER = 4096        # slot flags: one byte per slot
-_ATTACHED_MAX = 64    # rings the training process keeps mapped (a new worker per epoch makes a new ring)
 
 
 def _round_up(n: int, k: int = _ALIGN) -> int:
@@ -45,8 +47,9 @@ class WorkerRing:
         n_slots: slots (more than the batches a worker has in flight plus those the trainer holds).
     """
 
-    def __init__(self, layout: Layout, capacity: int, n_slots: int = 8) -> None:
+    def __init__(self, layout: Layout, capacity: int, n_slots: int = 8, owner: str = "") -> None:
         self.layout = layout
+        self.owner = owner
         self.capacity = capacity
         self.n_slots = n_slots
         self.offsets: dict[str, int] = {}
@@ -65,11 +68,11 @@ class WorkerRing:
         self._next = 0
 
     @classmethod
-    def create(cls, layout: Layout, capacity: int, n_slots: int = 8) -> WorkerRing | None:
+    def create(cls, layout: Layout, capacity: int, n_slots: int = 8, owner: str = "") -> WorkerRing | None:
         """A ring, or None where anonymous shared memory is not available (not Linux)."""
         if not hasattr(os, "memfd_create"):
             return None
-        return cls(layout, capacity, n_slots)
+        return cls(layout, capacity, n_slots, owner)
 
     def take(self, n: int) -> int | None:
         """A free slot for ``n`` samples, marked busy; None when none is free or ``n`` does not fit."""
@@ -114,32 +117,49 @@ class RingBatch:
         fd = None if r.sent else DupFd(r.fd)   # the descriptor crosses once, with the worker's first batch
         r.sent = True
         entries = [(k, r.offsets[k], numpy_dtype(dt).str, shape) for k, (shape, dt) in r.layout.items()]
-        return _rebuild, (r.token, fd, r.size, r.n_slots, r.slot_bytes, self.slot, self.n, entries)
+        return _rebuild, (r.token, fd, r.size, r.n_slots, r.slot_bytes, self.slot, self.n, entries, r.owner)
 
 
-_attached: collections.OrderedDict[str, tuple[mmap.mmap, np.ndarray]] = collections.OrderedDict()
+# token -> (mapping, slot flags, owner): the rings the training process has mapped, until their owner releases them
+_attached: dict[str, tuple[mmap.mmap, np.ndarray, str]] = {}
 _attach_lock = threading.Lock()
 
 
-def _attach(token: str, fd: Any, size: int, n_slots: int) -> tuple[mmap.mmap, np.ndarray]:
+def _attach(token: str, fd: Any, size: int, n_slots: int, owner: str) -> tuple[mmap.mmap, np.ndarray]:
     with _attach_lock:
         ring = _attached.get(token)
         if ring is None:
             if fd is None:
-                raise RuntimeError(f"kline-store: batch from ring {token} arrived after its ring was dropped "
-                                   f"(more than {_ATTACHED_MAX} worker rings alive)")
+                raise RuntimeError(f"kline-store: batch from ring {token} arrived after its loader released it")
             raw = fd.detach()
             try:
                 mm = mmap.mmap(raw, size)
             finally:
                 os.close(raw)
-            ring = (mm, np.frombuffer(mm, dtype=np.uint8, count=n_slots))
+            ring = (mm, np.frombuffer(mm, dtype=np.uint8, count=n_slots), owner)
             _attached[token] = ring
-            while len(_attached) > _ATTACHED_MAX:
-                _attached.popitem(last=False)
-        else:
-            _attached.move_to_end(token)
-        return ring
+        return ring[0], ring[1]
+
+
+def release(owner: str) -> int:
+    """Drop the training process's mappings of ``owner``'s rings (its workers have ended); returns how many.
+
+    A mapping that batches still view stays mapped until the last of them is freed, then it is unmapped."""
+    with _attach_lock:
+        gone = [t for t, (_, _, o) in _attached.items() if o == owner]
+        rings = [_attached.pop(t) for t in gone]
+    for mm, flags, _ in rings:
+        del flags
+        try:
+            mm.close()          # unmapped now when no batch views it
+        except BufferError:
+            pass                # views remain: unmapped with the last of them
+    return len(rings)
+
+
+def attached() -> int:
+    """Rings the training process has mapped now (for tests and diagnostics)."""
+    return len(_attached)
 
 
 def _release(flags: np.ndarray, slot: int) -> None:
@@ -147,9 +167,9 @@ def _release(flags: np.ndarray, slot: int) -> None:
 
 
 def _rebuild(token: str, fd: Any, size: int, n_slots: int, slot_bytes: int, slot: int, n: int,
-             entries: list[tuple[str, int, str, tuple[int, ...]]]) -> dict[str, torch.Tensor]:
+             entries: list[tuple[str, int, str, tuple[int, ...]]], owner: str = "") -> dict[str, torch.Tensor]:
     """Training-process side: the batch as tensors viewing the slot; the slot is freed with its last view."""
-    mm, flags = _attach(token, fd, size, n_slots)
+    mm, flags = _attach(token, fd, size, n_slots, owner)
     whole = np.frombuffer(mm, dtype=np.uint8, count=slot_bytes, offset=_HEADER + slot * slot_bytes)
     weakref.finalize(whole, _release, flags, slot)   # every view below keeps `whole` alive
     out = {}

@@ -9,6 +9,9 @@ chunk's batches transformed, pickled as usual.
 
 from __future__ import annotations
 
+import os
+import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from .batches import slices
 from .buffers import Layout
+from . import shm
 from .shm import WorkerRing
 
 Chunk = tuple[np.ndarray, list[int]]
@@ -42,6 +46,7 @@ class ChunkFetch(torch.utils.data.Dataset):
                  collate_fn: Callable[[Any], Any] | None) -> None:
         self.source, self.layout, self.capacity, self.n_slots = source, layout, capacity, n_slots
         self.collate_fn = collate_fn
+        self.owner = f"{os.getpid()}-{id(self)}-{time.monotonic_ns()}"   # the training process's name for its rings
         self._ring: WorkerRing | None = None
         self._ring_made = False
 
@@ -75,7 +80,7 @@ class ChunkFetch(torch.utils.data.Dataset):
         if not self._ring_made:
             self._ring_made = True
             if self.layout is not None and torch.utils.data.get_worker_info() is not None:
-                self._ring = WorkerRing.create(self.layout, self.capacity, self.n_slots)
+                self._ring = WorkerRing.create(self.layout, self.capacity, self.n_slots, self.owner)
         return self._ring
 
 
@@ -106,6 +111,9 @@ class ProcessPool:
     def __init__(self, fetch: ChunkFetch, num_workers: int, prefetch: int, persistent: bool = True,
                  **options: Any) -> None:
         self._sampler = _PassSampler()
+        self.persistent, self._owner = persistent, fetch.owner
+        # The training process's mappings of the workers' rings go with the pool, closed or collected.
+        self._release = weakref.finalize(self, shm.release, fetch.owner)
         self.loader = DataLoader(fetch, batch_size=None, sampler=self._sampler, collate_fn=_identity,
                                  num_workers=num_workers, prefetch_factor=prefetch, persistent_workers=persistent,
                                  **options)
@@ -116,8 +124,14 @@ class ProcessPool:
         the chunk's batches already transformed by the collate function."""
         self._sampler.items = chunks
         self._it = iter(self.loader)
-        for (_, sizes), data in zip(chunks, self._it):
-            yield data, sizes, isinstance(data, list)
+        try:
+            for (_, sizes), data in zip(chunks, self._it):
+                yield data, sizes, isinstance(data, list)
+        finally:
+            if not self.persistent:   # this pass's workers end with it, and so do their rings
+                it, self._it = self._it, None
+                del it
+                shm.release(self._owner)
 
     def close(self) -> None:
         """Stop the workers (persistent ones would otherwise linger until garbage collection)."""
@@ -125,3 +139,4 @@ class ProcessPool:
         if it is not None:
             del it
         self.loader = None  # type: ignore[assignment]
+        self._release()

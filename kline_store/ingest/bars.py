@@ -326,6 +326,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
     p = Path(path)
     if not p.exists():
         raise InputError(f"{p}: no such calendar file")
+    if not p.is_file():   # a FIFO would block the read forever; a folder is no calendar
+        raise InputError(f"{p}: not a regular file; a calendar is a CSV or Parquet file of dates")
     try:
         if is_parquet(p):
             df = pl.read_parquet(p, glob=False)
@@ -348,8 +350,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
 def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
     """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
     pos = np.searchsorted(calendar, keys)
-    pos_c = np.minimum(pos, len(calendar) - 1)
-    off = calendar[pos_c] != keys
+    pos_c = np.minimum(pos, max(len(calendar) - 1, 0))
+    off = calendar[pos_c] != keys if len(calendar) else np.ones(len(keys), dtype=bool)
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
@@ -362,6 +364,9 @@ def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit:
     return pos
 
 
+NAIVE = "exchange-local, naive"   # the manifest's timezone of a store built without --timezone
+
+
 @dataclass(frozen=True)
 class Axis:
     """A store's time axis: its bar size, the unit of its keys, and (intraday) its session template."""
@@ -370,6 +375,7 @@ class Axis:
     sessions: SE.Sessions | None = None
     bar: str = "1d"          # a daily axis's bar: "1d", "1w" or "1mo" (barsize.py)
     exchange: str | None = None   # --sessions XSHG: every day's own sessions from exchange_calendars
+    timezone: str | None = None      # an IANA zone (stamps with UTC offsets were converted to it), or None
 
     @property
     def unit(self) -> str:
@@ -377,7 +383,7 @@ class Axis:
 
     def manifest(self) -> dict:
         """The manifest's record of the axis."""
-        return {"freq": self.freq, "timezone": "exchange-local, naive",
+        return {"freq": self.freq, "timezone": self.timezone or NAIVE,
                 "sessions": self.sessions.as_dict() if self.sessions else None,
                 **({"bar": self.bar} if self.freq == TA.DAILY else {}),
                 **({"exchange": self.exchange} if self.exchange else {})}
@@ -385,12 +391,13 @@ class Axis:
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
+        tz = manifest.get("timezone")
         return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
-                   manifest.get("bar", "1d"), manifest.get("exchange"))
+                   manifest.get("bar", "1d"), manifest.get("exchange"), tz if tz and tz != NAIVE else None)
 
 
-def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None
-                ) -> Axis:
+def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None,
+                timezone: str | None = None) -> Axis:
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
     day (then the most common gap between a symbol's bars of a day)."""
     f = TA.parse_freq(freq) if freq is not None else None
@@ -408,8 +415,8 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
         raise InputError("--stamp applies with --sessions")
     if sessions is not None and XC.is_code(sessions):
         return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp),
-                    exchange=str(sessions).upper())
-    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None)
+                    exchange=str(sessions).upper(), timezone=timezone)
+    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None, timezone=timezone)
 
 
 def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:

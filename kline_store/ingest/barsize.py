@@ -53,8 +53,9 @@ def classify(median_gap_days: float) -> str:
     return DAY   # quarterly or irregular: kept as dated bars, no claim made
 
 
-def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray) -> dict[int, str]:
-    """The bar size of each input file that has two bars of one symbol (file index -> "1d"/"1w"/"1mo")."""
+def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1) -> dict[int, str]:
+    """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
+    index -> "1d"/"1w"/"1mo")."""
     days = np.asarray(days, dtype=np.int64)
     sym = np.asarray(sym, dtype=np.int64)
     file = np.asarray(file, dtype=np.int64)
@@ -77,6 +78,8 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray) -> dict[int, st
     gaps, gf, same_week, same_month = gaps[o], gf[o], same_week[o], same_month[o]
     cut = np.flatnonzero(np.r_[True, gf[1:] != gf[:-1], True])
     for a, b in zip(cut[:-1], cut[1:]):
+        if b - a < min_gaps:
+            continue
         kind = classify(float(np.median(gaps[a:b])))
         if (kind == WEEK and same_week[a:b].any()) or (kind == MONTH and same_month[a:b].any()):
             kind = DAY
@@ -108,7 +111,9 @@ def check_append(manifest: dict, bars, store: Path) -> None:
     if manifest.get("freq", TA.DAILY) != TA.DAILY:
         return
     have = manifest.get("bar", DAY)
-    sizes = by_file(bars.keys("D"), bars.sym, bars.file)
+    # An append of a few days says little about its bar size (days 1 and 7 of a symbol: a gap of 6): a file is
+    # judged by at least three gaps.
+    sizes = by_file(bars.keys("D"), bars.sym, bars.file, min_gaps=3)
     for i, k in sizes.items():
         if k != have:
             raise InputError(f"{bars.files[i]} holds {NAMES[k]} bars ({k}); {store} is a store of {NAMES[have]} "

@@ -1,16 +1,22 @@
 """Date cells -> local timestamps: YYYYMMDD integers, ISO dates, datetimes with a time of day, M/D/YYYY, ...
 
 The result keeps the time of day when the file has one (intraday bars need it; a daily file's constant
-``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive: a time-zone-aware
-Parquet column keeps its local wall clock, not UTC. Long files repeat each date once per symbol, so only the
+``15:00:00`` is dropped later, when the store's bar size is known) and is local and naive. A stamp is read
+whole or refused (``1:31 PM`` is 13:31; ``09:31 foo`` is an error). With an exchange zone (:func:`exchange_zone`,
+from ``--timezone`` or the store's manifest) stamps with a UTC offset or ``Z`` and zone-aware Parquet columns
+are converted to its clock; without one, a zone-aware column or a single offset keeps its wall clock and mixed
+offsets are refused naming the first two. Long files repeat each date once per symbol, so only the
 distinct values are parsed. Dates outside 1800-01-01..2200-12-31 are errors: such a value is a placeholder or
 a typo, and a calendar stretched to it would reserve room for centuries of days.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
+from zoneinfo import ZoneInfo
 
 import numpy as np
 import polars as pl
@@ -21,7 +27,11 @@ from ..errors import InputError
 FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
 EXPECTED = "accepted: YYYYMMDD[HHMM], YYYY-MM-DD[ HH:MM[:SS]], M/D/YYYY, YYYY/MM/DD"
 TIME = pl.Datetime("ms")
-_TIME_OF_DAY = r"^([^\sT]+)[\sT](\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)"
+# date, time of day, AM/PM, UTC offset: a stamp with a clock must match all of it (else it is refused)
+_STAMP = (r"^(?<date>.+?)[\sT](?<clock>\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)\s*(?<ampm>[AaPp][Mm])?"
+          r"\s*(?<zone>[Zz]|UTC|GMT|[+-]\d{2}(?::?\d{2})?)?$")
+# Stamps with a UTC offset are converted to this zone's clock (ingest --timezone, the store's timezone)
+ZONE: ContextVar[str | None] = ContextVar("kline_store_exchange_zone", default=None)
 
 Line = Callable[[int], str]   # index of a value in the column -> "line N" (see inputs.location)
 
@@ -108,6 +118,8 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     if dt == pl.Date:
         return uniq.cast(TIME)
     if isinstance(dt, pl.Datetime) and dt.time_zone:
+        if ZONE.get() is not None:   # to the exchange's clock
+            return uniq.dt.convert_time_zone(ZONE.get()).dt.replace_time_zone(None).cast(TIME)
         return uniq.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
     if dt.is_temporal():
         return uniq.cast(TIME)
@@ -132,9 +144,15 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
         return out
     clock = None
     if text.str.contains(r"[\sT]\d").any():
-        # A time of day ("2006-11-07 15:00:00", "2020-07-01 09:31", "2020-01-02T00:00:00Z"): kept apart.
-        clock = text.str.extract(_TIME_OF_DAY, 2)
-        text = text.str.extract(r"^([^\sT]+)", 1)
+        # A time of day ("2006-11-07 15:00:00", "7/1/2020 1:31 PM", "2020-01-02T00:00:00+08:00"): read whole
+        # or refused. A value with no clock ("Jan 02, 2024") stays whole and goes to the date formats.
+        parts = text.str.extract_groups(_STAMP)
+        has = parts.struct.field("clock").is_not_null()
+        bad = text.str.contains(r"\d{1,2}:\d{2}") & ~has
+        if bad.any():
+            raise fail(uniq.filter(bad)[0], "a time of day HH:MM[:SS] [AM|PM] [Z|+HH:MM]")
+        clock = parts.struct.unnest()
+        text = pl.select(pl.when(has).then(clock["date"]).otherwise(text)).to_series()
     if text.len() == 0:
         raise InputError(f"{path}: date column {name!r} is empty")
     sample = text.head(1000)
@@ -155,14 +173,73 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
         raise fail(uniq.filter(out.is_null())[0], f"expected format {fmt}")
     stamp = out.cast(TIME)
     if clock is not None:
-        hms = clock.fill_null("00:00").str.split(":")
-        secs = (hms.list.get(0).cast(pl.Int64) * 3600 + hms.list.get(1).cast(pl.Int64) * 60
-                + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64))
-        bad = (hms.list.get(0).cast(pl.Int64) > 24) | (hms.list.get(1).cast(pl.Int64) > 59) | (secs > 86400)
-        if bad.any():
-            raise fail(uniq.filter(bad)[0], "a time of day HH:MM[:SS]")
-        stamp = (stamp.cast(pl.Int64) + secs * 1000).cast(TIME)
+        stamp = _with_clock(stamp, clock, uniq, fail, raw, line, path, name)
     return stamp
+
+
+def _with_clock(stamp: pl.Series, clock: pl.DataFrame, uniq: pl.Series, fail: Callable[[object, str], InputError],
+                raw: pl.Series, line: Line, path: Path, name: str) -> pl.Series:
+    """Add the time of day (12-hour clocks with AM/PM) and convert UTC offsets to the exchange's clock."""
+    hms = clock["clock"].fill_null("00:00").str.split(":")
+    h, m = hms.list.get(0).cast(pl.Int64), hms.list.get(1).cast(pl.Int64)
+    ampm = clock["ampm"].str.to_uppercase()
+    twelve = ampm.is_not_null()
+    if ((h > 24) | (m > 59) | (twelve & ((h < 1) | (h > 12)))).any():
+        raise fail(uniq.filter((h > 24) | (m > 59) | (twelve & ((h < 1) | (h > 12))))[0],
+                   "a time of day HH:MM[:SS], or 1..12 with AM/PM")
+    h = pl.select(pl.when(twelve).then(h % 12 + pl.when(ampm == "PM").then(12).otherwise(0)).otherwise(h)
+                  ).to_series()
+    secs = h * 3600 + m * 60 + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64)
+    if (secs > 86400).any():
+        raise fail(uniq.filter(secs > 86400)[0], "a time of day HH:MM[:SS]")
+    wall = stamp.cast(pl.Int64) + secs * 1000
+    zone = clock["zone"]
+    if zone.is_null().all():
+        return wall.cast(TIME)
+    offset = _offset_minutes(zone)
+    tz = ZONE.get()
+    if tz is None:
+        kinds = offset.fill_null(-1 << 20)
+        if kinds.n_unique() > 1:
+            a, b = uniq[0], uniq[int((kinds != kinds[0]).arg_max())]
+            raise InputError(f"{path}: stamps with different UTC offsets in column {name!r}: {a!r} "
+                             f"({line((raw == a).arg_max())}) and {b!r} ({line((raw == b).arg_max())}); pass "
+                             f"--timezone (the exchange's, e.g. Asia/Shanghai) to convert them to its clock")
+        return wall.cast(TIME)   # one offset throughout: its wall clock is the exchange's
+    utc = (wall - offset.fill_null(0) * 60_000).cast(pl.Datetime("ms", "UTC"))
+    local = utc.dt.convert_time_zone(tz).dt.replace_time_zone(None).cast(TIME)
+    return pl.select(pl.when(offset.is_null()).then(wall.cast(TIME)).otherwise(local)).to_series()
+
+
+def _offset_minutes(zone: pl.Series) -> pl.Series:
+    """``Z``/``UTC``/``GMT`` -> 0, ``+08:00``/``+0800``/``+08`` -> 480, ``-05:30`` -> -330; null stays null."""
+    z = zone.str.to_uppercase().str.replace(r"^(Z|UTC|GMT)$", "+00:00").str.replace(":", "")
+    sign = pl.select(pl.when(z.str.slice(0, 1) == "-").then(-1).otherwise(1)).to_series()
+    hh = z.str.slice(1, 2).cast(pl.Int64)
+    mm = z.str.slice(3, 2).replace("", None).cast(pl.Int64).fill_null(0)
+    return (sign * (hh * 60 + mm)).alias("offset")
+
+
+def check_timezone(tz: str | None) -> str | None:
+    """An IANA time zone name (``Asia/Shanghai``), or None; InputError for an unknown one."""
+    if tz is None:
+        return None
+    try:
+        ZoneInfo(str(tz))
+        pl.Series([0]).cast(pl.Datetime("ms", "UTC")).dt.convert_time_zone(str(tz))
+    except Exception:   # zoneinfo and polars raise several kinds; all mean "not a zone"
+        raise InputError(f"--timezone {tz!r}: not a time zone name (e.g. Asia/Shanghai, America/New_York)") from None
+    return str(tz)
+
+
+@contextmanager
+def exchange_zone(tz: str | None) -> Iterator[None]:
+    """Within: stamps with a UTC offset (and zone-aware Parquet columns) are converted to ``tz``'s clock."""
+    token = ZONE.set(check_timezone(tz))
+    try:
+        yield
+    finally:
+        ZONE.reset(token)
 
 
 def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:

@@ -14,7 +14,9 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
+from .inputs import check_address_space
 from .qlib_store import export_provider
+from ..store import safefs
 from ..store.snapshot import open_store
 
 
@@ -49,6 +51,8 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     partial dates as in pandas, see ``Store.to_polars``).
     """
     selection = symbols is not None or start is not None or end is not None
+    safefs.outside_store(path, out)
+    check_address_space()
     if fmt == "qlib":
         if selection:
             raise InputError("--symbols/--start/--end: not with --format qlib (it writes the whole store)")
@@ -76,6 +80,9 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise InputError(f"{out}: cannot write the export ({exc.strerror or exc})") from None
+    except pl.exceptions.PolarsError as exc:   # polars reports a full disk or an I/O error as its own kinds
+        tmp.unlink(missing_ok=True)
+        raise InputError(f"{out}: cannot write the export ({' '.join(str(exc).split())[:200]})") from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

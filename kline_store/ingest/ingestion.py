@@ -17,7 +17,7 @@ import numpy as np
 
 import dataclasses
 
-from . import adjust, barsize, calnote, columns as C, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, panel as P, qlib_store as Q
 from ..store import lock, manifest as mf, timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -34,7 +34,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-           exclude: Sequence[str] = ()) -> IngestReport:
+           exclude: Sequence[str] = (), timezone: str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -69,6 +69,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
 
     ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
     (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
+        timezone: the exchange's IANA zone ("Asia/Shanghai"): stamps with a UTC offset or ``Z`` and
+            zone-aware Parquet columns are converted to its clock, and it is recorded in the manifest. Without
+            it, one offset per column keeps its wall clock and mixed offsets are refused.
 
     Returns:
         IngestReport with counts and the problems found.
@@ -109,7 +112,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
                 built = Q.build_store(qlib, out, capacity)
             else:
                 result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                                (freq, sessions, stamp), dict(na=tuple(na or ()), skip_bad=skip_bad))
+                                (freq, sessions, stamp, D.check_timezone(timezone)),
+                                dict(na=tuple(na or ()), skip_bad=skip_bad))
         except BaseException:
             W.clean_failed_write(out, held, first=not has_store)
             raise
@@ -132,11 +136,12 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     # ones keep them in memory, which is faster.
     big = sum(_size(f) for f in files) > WHOLE_FILE
     spill = W.staging_dir(out) / "bars.spill" if big else None
-    bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill, symbol_pattern=symbol_pattern,
-                     **(read or {}))
-    freq, sessions, stamp = axis_args
+    with D.exchange_zone(axis_args[3]):   # stamps with UTC offsets: to the exchange's clock (--timezone)
+        bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill,
+                         symbol_pattern=symbol_pattern, **(read or {}))
+    freq, sessions, stamp, timezone = axis_args
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
-    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp)
+    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp, timezone)
     if axis.freq == TA.DAILY:
         axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
     elif long_bar:

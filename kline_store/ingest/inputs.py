@@ -62,8 +62,27 @@ def _walk(folder: Path) -> list[Path]:
     return sorted(f for f in folder.rglob("*") if f.is_file() and _is_data_file(f))
 
 
+# polars (Rust) aborts the process, with a backtrace and no cleanup, when an allocation fails: under an
+# address-space limit below this, reading files is refused up front instead.
+MIN_ADDRESS_SPACE = 2 << 30
+
+
+def check_address_space() -> None:
+    """InputError when ``ulimit -v`` leaves less address space than polars needs to read files safely."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_AS)[0]
+    except (ImportError, OSError, ValueError):
+        return
+    if soft != resource.RLIM_INFINITY and soft < MIN_ADDRESS_SPACE:
+        raise InputError(f"the address-space limit (ulimit -v) is {soft >> 20} MiB; reading files needs at least "
+                         f"{MIN_ADDRESS_SPACE >> 20} MiB (polars aborts below it): raise the limit")
+
+
 def as_input_list(inputs: object) -> list[str | os.PathLike]:
-    """``inputs`` as a list of paths: one path given alone is a list of one (not its characters)."""
+    """``inputs`` as a list of paths: one path given alone is a list of one (not its characters); refused up
+    front under an address-space limit too small to read them (:func:`check_address_space`)."""
+    check_address_space()
     if isinstance(inputs, (str, os.PathLike)):
         return [inputs]
     try:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +30,11 @@ FREQ = "day"
 SUFFIX = f".{FREQ}.bin"
 CALENDAR = Path("calendars") / f"{FREQ}.txt"
 MAX_INDEX = 1 << 24      # a float32 holds every integer up to 2**24: the start index of a bin file
+FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")   # as ingest's dates.py
+# A calendar of 1800..2200 has at most 146,462 days of at most ~30 bytes a line; an instruments file is not
+# bigger than a few lines per listing of every symbol there is.
+MAX_CALENDAR_BYTES = 146_462 * 32
+MAX_LIST_BYTES = 256 << 20
 # Windows device names cannot be folder names; Qlib writes them with this prefix (and strips it back).
 DEVICE_NAMES = {"CON", "PRN", "AUX", "NUL", *(f"COM{i}" for i in range(10)), *(f"LPT{i}" for i in range(10))}
 DEVICE_PREFIX = "_qlib_"
@@ -38,6 +44,12 @@ FIELD_RE = re.compile(r"\w+")    # what Qlib's expressions accept after '$'
 def is_provider(path: Path) -> bool:
     """True when ``path`` is a folder laid out as a Qlib provider directory (calendars/ and features/)."""
     return path.is_dir() and (path / "calendars").is_dir() and (path / "features").is_dir()
+
+
+def plain_symbol(symbol: str) -> bool:
+    """An instrument name that is one folder name: no separator, no ``..``, no NUL, not ``.``."""
+    return bool(symbol) and symbol not in (".", "..") and ".." not in symbol and \
+        not any(ch in symbol for ch in "/\\\0")
 
 
 def folder_name(symbol: str) -> str:
@@ -61,11 +73,13 @@ class Span:
 def read_calendar(root: Path) -> np.ndarray:
     """``calendars/day.txt`` as datetime64[D], checked: one date per line, strictly increasing."""
     path = root / CALENDAR
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise InputError(f"{path}: not a regular file (a link, a FIFO or a folder); a calendar is a text file")
     if not path.is_file():
         found = sorted(p.name for p in (root / "calendars").glob("*.txt"))
         raise InputError(f"{root}: a Qlib provider directory without {CALENDAR} (found: {', '.join(found) or 'none'});"
                          f" only day bars are read")
-    lines = _lines(path)
+    lines = _lines(path, MAX_CALENDAR_BYTES)
     try:
         stamps = np.array([t.replace(" ", "T") for _, t in lines], dtype="datetime64[s]")
         days = stamps.astype("datetime64[D]")
@@ -81,6 +95,9 @@ def read_calendar(root: Path) -> np.ndarray:
         n = lines[int(back[0]) + 1][0]
         raise InputError(f"{path}: line {n}: {days[back[0] + 1]} does not come after {days[back[0]]} "
                          f"(a calendar is strictly increasing)")
+    out = np.flatnonzero((days < FIRST_DAY) | (days > LAST_DAY))
+    if len(out):
+        raise InputError(f"{path}: line {lines[int(out[0])][0]}: {days[out[0]]} is outside {FIRST_DAY}..{LAST_DAY}")
     return days
 
 
@@ -100,10 +117,13 @@ def instruments_file(root: Path, instruments: str) -> Path:
 def read_instruments(path: Path) -> list[Span]:
     """Every line of an instruments file: ``SYMBOL<TAB>first<TAB>last``; a symbol may have several spans."""
     out = []
-    for n, text in _lines(path):
+    for n, text in _lines(path, MAX_LIST_BYTES):
         parts = text.split("\t")
         if len(parts) < 3 or not parts[0].strip():
             raise InputError(f"{path}: line {n}: expected SYMBOL<TAB>first<TAB>last, got {text[:60]!r}")
+        if not plain_symbol(parts[0].strip()):
+            raise InputError(f"{path}: line {n}: instrument {parts[0].strip()[:60]!r} is not a plain name (no '/', "
+                             f"'\\', '..' or NUL): it would name a folder outside features/")
         out.append(Span(parts[0].strip(), _day(parts[1], path, n), _day(parts[2], path, n)))
     if not out:
         raise InputError(f"{path}: no instrument listed")
@@ -112,13 +132,17 @@ def read_instruments(path: Path) -> list[Span]:
 
 def symbol_fields(root: Path, symbol: str) -> dict[str, Path]:
     """Field name -> bin file of one symbol (day files only); empty when the symbol has no folder."""
+    if not plain_symbol(symbol):
+        raise InputError(f"instrument {symbol[:60]!r} is not a plain name: it would name a folder outside features/")
     folder = root / "features" / folder_name(symbol)
+    if folder.is_symlink():
+        raise InputError(f"{folder}: a link; the features of an instrument are a folder inside the directory")
     if not folder.is_dir():
         return {}
     out = {}
     for p in sorted(folder.iterdir()):
         if p.name.endswith(SUFFIX) and len(p.name) > len(SUFFIX):
-            if not p.is_file():   # a folder or a broken link where a field's values should be: damage, said
+            if p.is_symlink() or not p.is_file():   # a link, folder or FIFO where a field's values should be
                 raise InputError(f"{p}: not a file (a Qlib feature file holds the field's float32 values)")
             out[p.name[: -len(SUFFIX)]] = p
     return out
@@ -126,15 +150,31 @@ def symbol_fields(root: Path, symbol: str) -> dict[str, Path]:
 
 def read_bin(path: Path, n_days: int) -> tuple[int, np.ndarray]:
     """One bin file: (calendar index of its first value, float32 values); checked against the calendar."""
+    # Sized from fstat against the calendar before its values are read: a sparse 40 GiB file is refused at once.
     try:
-        size = path.stat().st_size
-        raw = np.fromfile(path, dtype="<f4")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    if size % 4:
-        raise InputError(f"{path}: {size} bytes is not a whole number of float32 values (a cut file?)")
-    if len(raw) == 0:
-        raise InputError(f"{path}: empty file (a bin file holds its start index first)")
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InputError(f"{path}: not a regular file (a Qlib feature file holds the field's float32 values)")
+        size = info.st_size
+        if size % 4:
+            raise InputError(f"{path}: {size} bytes is not a whole number of float32 values (a cut file?)")
+        if size == 0:
+            raise InputError(f"{path}: empty file (a bin file holds its start index first)")
+        if size // 4 - 1 > n_days:
+            raise InputError(f"{path}: {size} bytes hold {size // 4 - 1} values, more than the calendar's "
+                             f"{n_days} days")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = np.frombuffer(fh.read(size), dtype="<f4")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(raw) * 4 != size:
+        raise InputError(f"{path}: changed while it was read ({len(raw) * 4} of {size} bytes)")
     start = float(raw[0])
     if not (np.isfinite(start) and start == int(start) and 0 <= start < MAX_INDEX):
         raise InputError(f"{path}: start index {start!r} is not a calendar index")
@@ -170,10 +210,22 @@ def read_symbol(files: dict[str, Path], fields: list[str], n_days: int) -> tuple
     return lo, block
 
 
-def _lines(path: Path) -> list[tuple[int, str]]:
-    """(line number, text) of the non-blank lines of a small text file (Qlib's readers skip blank ones)."""
+def _lines(path: Path, limit: int) -> list[tuple[int, str]]:
+    """(line number, text) of the non-blank lines of a small text file (Qlib's readers skip blank ones): a
+    regular file (no link, no FIFO) of at most ``limit`` bytes."""
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise InputError(f"{path}: not a regular file (a link, a FIFO or a folder)")
+            if info.st_size > limit:
+                raise InputError(f"{path}: {info.st_size} bytes, more than a Qlib list of days or instruments "
+                                 f"holds ({limit} at most)")
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                text = fh.read(limit + 1).decode("utf-8")
+        finally:
+            os.close(fd)
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
     return [(i + 1, s.strip()) for i, s in enumerate(text.splitlines()) if s.strip()]
@@ -204,18 +256,42 @@ def check_names(symbols: list[str], fields: list[str]) -> None:
         if not s or s in (".", "..") or any(ch in s for ch in "/\\\t\n\r\0"):
             raise InputError(f"symbol {s!r} cannot be a Qlib instrument (a folder name without '/', tabs "
                              f"or line ends)")
+        if len(folder_name(s).encode("utf-8")) > 255:
+            raise InputError(f"symbol {s[:40]!r}... ({len(s)} characters) cannot be a Qlib instrument: its folder "
+                             f"name is longer than a file system allows (255 bytes)")
     seen: dict[str, str] = {}
     for s in symbols:
         other = seen.setdefault(folder_name(s), s)
         if other != s:
-            raise InputError(f"symbols {other!r} and {s!r} differ only in case; Qlib stores both in "
-                             f"features/{folder_name(s)}/")
+            why = "differ only in case" if other.lower() == s.lower() else \
+                f"name the same folder (Qlib writes device names such as {other.upper()!r} with {DEVICE_PREFIX!r})"
+            raise InputError(f"symbols {other!r} and {s!r} {why}; Qlib stores both in features/{folder_name(s)}/")
     taken: dict[str, str] = {}
     for f in fields:
         other = taken.setdefault(f.lower(), f)
         if not FIELD_RE.fullmatch(f) or other != f:
             raise InputError(f"field {f!r} cannot be a Qlib feature (letters, digits and '_' only; Qlib "
                              f"lower-cases file names)")
+
+
+def remove_stale(folder: Path, prefix: str) -> None:
+    """Remove ``PREFIX<pid>`` entries of ``folder`` whose process is gone (a killed export's leftovers)."""
+    for p in folder.glob(glob_escape(prefix) + "*"):
+        pid = p.name[len(prefix):]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue                 # alive (or not ours to signal): its writer may still be working
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() and not p.is_symlink() else p.unlink(missing_ok=True)
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
 
 
 class ProviderWriter:
@@ -234,6 +310,7 @@ class ProviderWriter:
             raise InputError(f"{out}: folder {out.parent} does not exist")
         self.out, self.calendar, self.fields = out, calendar, fields
         self.tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+        remove_stale(out.parent, f".{out.name}.tmp-")
         self.spans: list[tuple[str, int, int]] = []
         try:
             for sub in ("calendars", "instruments", "features"):

@@ -4,8 +4,10 @@ Each coarser bar aggregates the bars of its period within one session: open the 
 min, close the last, volume, amount and turnover the sum, ``adj_factor`` the last and ``pre_close`` the first
 (other fields: the last). Only bars that exist count; a period with no bar of a symbol is NaN, as a suspension
 is. Periods are aligned to each session's open (the A-share hour bars end at 10:30, 11:30, 14:00 and 15:00),
-and a daily bar takes every bar of its trading date. Stamps follow the source: a period is stamped with its end
-(or its start, for stores whose bars are stamped with their start).
+and a daily bar takes every bar of its trading date. Stamps follow the source: a period is stamped with its end,
+the last one of a session at the session's close (90 minutes of A-share bars end at 11:00, 11:30, 14:30, 15:00),
+or with its start for stores whose bars are stamped with their start. A size longer than every session is refused
+(``1d`` makes day bars): no period spans a break or a night.
 
     source calendar -> period of each bar (sessions, open, offset) -> per block of symbols: reduceat -> new store
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import barsize
-from ..store import sessions as SE, timeaxis as TA
+from ..store import safefs, sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
@@ -60,15 +62,35 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
         first = np.flatnonzero(np.r_[True, np.diff(sid) != 0])              # first bar of each session
         clock = keys - day * TA.MINUTES_PER_DAY                              # 1..1440 for a 24:00 bar
         opens = _session_opens(clock[first], day[first], sessions, step, stamp_end)
-        open_ = np.repeat(opens, np.diff(np.r_[first, len(keys)]))
+        last = np.r_[first[1:], len(keys)] - 1                               # last bar of each session
+        closes = _session_closes(opens, clock[last] + (0 if stamp_end else step), sessions)
+        if k > int((closes - opens).max()):
+            raise InputError(f"--freq {freq} is longer than the longest session ({int((closes - opens).max())} "
+                             f"minutes): a bar would span a break or the night; use --freq 1d for one bar a day")
+        sizes = np.diff(np.r_[first, len(keys)])
+        open_, close_ = np.repeat(opens, sizes), np.repeat(closes, sizes)
         offset = clock - open_
-        if stamp_end:        # the bar ending at open + 1 .. open + k belongs to the period ending at open + k
-            stamp = open_ + ((offset - 1) // k + 1) * k
+        if stamp_end:        # the bar ending at open + 1 .. open + k belongs to the period ending at open + k,
+            stamp = np.minimum(open_ + ((offset - 1) // k + 1) * k, close_)   # the last one at the close
         else:                # the bar starting at open .. open + k - 1 to the period starting at open
             stamp = open_ + (offset // k) * k
         period_key = day * TA.MINUTES_PER_DAY + stamp
     change = np.r_[True, np.diff(period_key) != 0]
     return Periods(np.flatnonzero(change).astype(np.int64), period_key[change])
+
+
+def _session_closes(opens: np.ndarray, ends: np.ndarray, sessions: SE.Sessions | None) -> np.ndarray:
+    """The close (minute of day) of each session: its template session's, or without a template the latest end
+    of a bar among the sessions with the same open (the usual close, the same on every day)."""
+    if sessions is not None:
+        opens_of = np.array([a for a, _ in sessions.intervals], dtype=np.int64)
+        closes_of = np.array([b for _, b in sessions.intervals], dtype=np.int64)
+        at = np.searchsorted(opens_of, opens, side="right") - 1
+        return np.where(at >= 0, np.maximum(closes_of[np.maximum(at, 0)], ends), ends)
+    kinds, inverse = np.unique(opens, return_inverse=True)
+    latest = np.full(len(kinds), -1, dtype=np.int64)
+    np.maximum.at(latest, inverse, ends)
+    return latest[inverse]
 
 
 def _session_opens(first_clock: np.ndarray, first_day: np.ndarray, sessions: SE.Sessions | None, step: int,
@@ -156,6 +178,7 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
             store at ``out`` without ``replace``.
     """
     st = store if isinstance(store, Store) else open_store(store)
+    safefs.outside_store(st.path, out)
     if barsize.parse(freq) is not None:   # weekly or monthly bars from a daily store: barsize.py
         return barsize.resample_days(st, out, barsize.parse(freq), wait=wait, replace=replace)  # type: ignore
     target = TA.parse_freq(freq)
@@ -183,6 +206,7 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
         all((b - a) % TA.minutes(target) == 0 for a, b in template.intervals)
     extra = {"calendar_source": f"resampled from {st.path} ({st.freq})",
              "sessions": template.as_dict() if keep_sessions else None,
+             "timezone": st.manifest.get("timezone") or "exchange-local, naive",
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, TA.stamps(per.keys, TA.unit(target)), fields, extra=extra, wait=wait,
                  freq=target, sources=[{"path": str(st.path), "freq": st.freq, "version": st.version}])

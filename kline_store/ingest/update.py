@@ -26,10 +26,10 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, columns as C, exchanges as XC, frames as FR, panel as P
+from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
-from .bars import Axis, Bars, read_bars
+from .bars import Axis, Bars, read_bars, read_calendar
 from ..errors import InputError, StoreError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .report import IngestReport
@@ -52,13 +52,14 @@ class Plan:
     mode: str                     # "tail", "rewrite" or "none"
     reason: str
     factor_source: str | None     # how adj_factor is obtained after this append (see adjust.factor_source)
+    calendar_source: str | None = None   # a --calendar given to this append (recorded in the manifest)
 
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-           exclude: Sequence[str] = ()) -> IngestReport:
+           exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -72,6 +73,8 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         na, skip_bad, exclude: as for ``ingest``.
 
     ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
+        calendar: a file of trading dates listing the new dates of a store built with a calendar file (its
+            dates join the store's calendar, as a full ingest with this file would have them).
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
@@ -84,24 +87,30 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
-    mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     umap = dict(user_map or {})
     umap.update(C.parse_mapping(map))
     if symbol is not None:
         symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
-    bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                     symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad, exclude=tuple(exclude or ()))
-    barsize.check_append(mf.read_manifest(store_dir), bars, store_dir)   # weekly bars into a daily store: no
+    with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
+        bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
+                         symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad,
+                         exclude=tuple(exclude or ()))
+    barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
+    extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None else None
+    if extra_cal is not None and not len(extra_cal):
+        raise InputError(f"{calendar}: the calendar lists no date")
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
-            plan, _ = _plan(old, bars)
+            plan, _ = _plan(old, bars, extra_cal)
             version = old.version
             freq = old.manifest.get("bar") or old.freq
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
                 W.prepare(store_dir, old.manifest)
-                plan, rebase = _plan(old, bars)
+                plan, rebase = _plan(old, bars, extra_cal)
+                plan.calendar_source = str(calendar) if calendar is not None else None
                 committed = old.manifest
                 try:
                     if plan.mode == "tail":
@@ -136,14 +145,33 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
                         freq=freq, skipped_files=bars.skipped)
 
 
-def _plan(old: Store, bars: Bars) -> tuple[Plan, dict[str, float]]:
+def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> tuple[Plan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
                                      bars.fields)
-    return make_plan(old, bars), rebase
+    return make_plan(old, bars, calendar), rebase
 
 
-def make_plan(old: Store, bars: Bars) -> Plan:
+def calendar_file_of(manifest: dict) -> str | None:
+    """The calendar file a daily store was built with (``--calendar`` or a Qlib ``day.txt``), else None (its
+    calendar is the union of its inputs' dates, a session template, or a resampling)."""
+    src = manifest.get("calendar_source")
+    if not src or manifest.get("sessions") or str(src).startswith(("union of", "sessions ", "resampled from")):
+        return None
+    return str(src)
+
+
+def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: str) -> None:
+    """The rule ingest applies: a bar whose key is not in the store's calendar is an error naming it."""
+    outside = ~np.isin(days, cal)
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        unit = Axis.of(old.manifest).unit
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {TA.show(int(days[i]), unit)} is "
+                         f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
+
+
+def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
     if axis.freq == TA.DAILY and bars.intraday:
@@ -165,15 +193,24 @@ def make_plan(old: Store, bars: Bars) -> Plan:
     if axis.sessions is not None:
         # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
         # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
+        # The input's own stamps are not part of it: a bar outside the sessions is an error, as in ingest.
+        if calendar is not None:
+            raise InputError("--calendar lists trading dates of daily stores; an intraday store's calendar is its "
+                             "sessions")
         span = np.r_[days, old_days[-1:]]
         sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp)
                         if axis.exchange else SE.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
-        cal = np.union1d(old_days, np.union1d(days, sessions_cal))
-        outside = ~np.isin(days, cal)
-        if outside.any():
-            i = int(np.flatnonzero(outside)[0])
-            raise InputError(f"{bars.where(i)}: bar at {TA.show(int(days[i]), 'm')} is outside the store's "
-                             f"sessions ({axis.sessions.name})")
+        cal = np.union1d(old_days, sessions_cal)
+        _outside(old, bars, days, cal, f"sessions ({axis.sessions.name})")
+    elif calendar is not None or calendar_file_of(old.manifest) is not None:
+        # A store built with a calendar file: its dates are the calendar's, never the input's. New dates come
+        # from a calendar the user passes (as a full ingest with that file would have them).
+        if calendar is not None and axis.freq != TA.DAILY:
+            raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        cal = old_days if calendar is None else np.union1d(old_days, calendar)
+        src = calendar_file_of(old.manifest) or "calendar"
+        _outside(old, bars, days, cal, f"calendar ({src}" + (" and the --calendar given)" if calendar is not None
+                                                             else "; pass --calendar FILE listing new dates)"))
     else:
         cal = np.union1d(old_days, days)
     inserted = len(cal) - len(old_days) - int(np.count_nonzero(cal > (old_days[-1] if len(old_days) else -1 << 40)))
@@ -348,7 +385,7 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
             rebase: dict[str, float]) -> dict:
     """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
-    extra = {**Axis.of(m).manifest(), "calendar_source": m.get("calendar_source"),
+    extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
              "adj_factor_source": plan.factor_source}
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]

@@ -35,9 +35,9 @@ from . import windows as W
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
-from ..errors import InputError
+from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, sample_layout
-from ..feed.loader import KlineLoader
+from ..feed.loader import KlineLoader, agreed_version
 from ..feed.placement import readahead
 from ..feed.shm import WorkerRing
 from ..features.plan import field_roles
@@ -115,9 +115,23 @@ class KlineDataset(torch.utils.data.Dataset):
         self._reset()
         self._build_index()
         self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
+        self._agreed = False
+        self._agree()
         if self.spec.normalize == "zscore" and self.stats is None:
             self.stats = self.estimate_stats()
             self._cpu = None  # rebuilt with the statistics
+
+    def _agree(self) -> None:
+        """Under torch.distributed, read the store version the first rank to open the store read (a
+        compare-and-set in the process group's key-value store: no collective, so a rank alone never waits).
+        Ranks that open on either side of an ``append`` train on one version; one that cannot open it fails in
+        one line. Done at construction, or at the first ``loader()`` when the group starts after that."""
+        if self._agreed:
+            return
+        version = agreed_version(self.store, self.version)
+        if version is not None:
+            self._agreed = True
+            self.use_version(version)
 
     def _reset(self) -> None:
         """Derive the plan from the spec (cheap; repeated in each process after unpickling)."""
@@ -181,9 +195,26 @@ class KlineDataset(torch.utils.data.Dataset):
         self.spec = state["spec"]
         self.stats = state["stats"]
         self._store = None
+        self._agreed = True   # a pickled dataset reads the version it was handed
         self._reset()
         self._valid = None  # type: ignore[assignment]
         self._bars = None
+
+    def use_version(self, version: int) -> None:
+        """Read store version ``version`` from now on (the index is rebuilt); StoreError when it is gone."""
+        if version == self.version:
+            return
+        mine = self.version
+        try:
+            store = open_store(self.path, version=version, verify=False)
+        except KlineStoreError as exc:
+            raise StoreError(f"{self.path}: the other ranks read store version {version}, this rank opened "
+                             f"version {mine}, and version {version} cannot be opened here ({exc}); open the "
+                             f"dataset with version= on every rank") from None
+        self.__setstate__({**self.__getstate__(), "version": version})
+        self._store = store
+        self._reset()
+        self._build_index()
 
     def _index(self) -> np.ndarray:
         if self._valid is None:
@@ -393,7 +424,10 @@ class KlineDataset(torch.utils.data.Dataset):
     def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                num_workers: int | None = None, **options: Any) -> KlineLoader:
         """Batch loader: chunked vectorised gathers in threads, deterministic, resumable, sharded over DDP ranks,
-        delivered on ``device``. See :class:`kline_store.feed.loader.KlineLoader` for every option."""
+        delivered on ``device``. See :class:`kline_store.feed.loader.KlineLoader` for every option.
+
+        Under torch.distributed every rank reads one store version (see :meth:`_agree`)."""
+        self._agree()
         return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                            num_workers=num_workers, **options)
 

@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..errors import StoreError
+from ..errors import InputError, StoreError
 
 # Flags of every open of a store entry: never through a symlink; never block on a FIFO someone put there.
 _SAFE = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -62,6 +62,22 @@ def read_entry(path: Path) -> bytes:
             if not b:
                 return b"".join(parts)
             parts.append(b)
+    finally:
+        os.close(fd)
+
+
+def read_small(path: Path, limit: int) -> bytes:
+    """The bytes of a small file we did not write (a tuning file): a regular file, no link, no FIFO, at most
+    ``limit`` bytes, else StoreError; OSError (a missing file) for the caller."""
+    fd = open_entry(path)
+    try:
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise StoreError(f"{path}: {size} bytes, more than the {limit} such a file may have")
+        data = os.read(fd, limit + 1)
+        if len(data) > limit:
+            raise StoreError(f"{path}: more than the {limit} bytes such a file may have")
+        return data
     finally:
         os.close(fd)
 
@@ -204,3 +220,11 @@ def guard(store: Path, doing: str, need: int | None = None) -> Iterator[None]:
         raise
     except OSError as exc:
         raise os_error(exc, store, doing, need) from None
+
+
+def outside_store(store: str | os.PathLike, out: str | os.PathLike) -> None:
+    """InputError when ``out`` is the store, or inside it: an export or a resample never writes over what it
+    reads (``export STORE -o STORE/manifest.json`` replaced the manifest)."""
+    src, dst = Path(store).resolve(), Path(out).resolve()
+    if dst == src or src in dst.parents:
+        raise InputError(f"{out}: is inside the store {store} it is made from; write it elsewhere")

@@ -295,7 +295,8 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
     if panel.shape != (len(symbols), len(dates), len(fields)):
         raise InputError(f"panel shape {panel.shape} does not match {len(symbols)} symbols x {len(dates)} dates"
                          f" x {len(fields)} fields")
-    with lock.WriterLock(store_dir, wait=wait, create=True):
+    with lock.WriterLock(store_dir, wait=wait, create=True) as held:
+        first = not (store_dir / mf.MANIFEST).exists() and not (store_dir / mf.MANIFEST).is_symlink()
         prepare(store_dir)
         version, generation, _ = next_numbers(store_dir)
         data = None
@@ -310,6 +311,8 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
             commit(store_dir, m)
         except BaseException:
             discard_uncommitted(store_dir, data and data["file"])
+            if first:
+                _forget_first(store_dir, held)
             raise
         finally:
             clean_staging(store_dir)
@@ -350,6 +353,24 @@ def clean_failed_write(out: Path, held: lock.WriterLock, first: bool) -> None:
                 folder = folder.parent
     except (OSError, StoreError):
         pass    # the error being raised says what went wrong; leftovers are ours and the next writer's
+def _forget_first(store_dir: Path, held: lock.WriterLock) -> None:
+    """After a failed first write of a store (a resample, create_store): remove the lock file it made and the
+    folders it created when they hold nothing else, so no empty store folder with a ``.lock`` is left."""
+    try:
+        clean_staging(store_dir)
+        vdir = store_dir / mf.VERSIONS_DIR
+        if vdir.is_dir() and not vdir.is_symlink() and not any(vdir.iterdir()):
+            vdir.rmdir()
+        if held.made_file:
+            held.remove()
+        folder = store_dir
+        while held.created and held.created_from is not None:
+            folder.rmdir()              # only an empty folder goes
+            if folder == held.created_from:
+                break
+            folder = folder.parent
+    except OSError:
+        pass        # the error being raised says what went wrong; what is left is harmless to the next writer
 
 
 def gc(path: str | os.PathLike) -> list[str]:

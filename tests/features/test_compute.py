@@ -218,3 +218,38 @@ def test_cuda_without_a_gpu_is_one_line(history, tmp_path):
     ingest([write_folder(tmp_path / "a", frames)], base)
     r = run_cli("features", str(base), "-o", str(tmp_path / "f"), "--device", "cuda")
     assert r.returncode == 1 and "CUDA is not available" in r.stderr and not (tmp_path / "f").exists()
+
+
+def test_no_stored_cell_depends_on_later_bars(history, tmp_path):
+    """Bars after day t change: every stored cell up to t (features and the label stored where it is known)
+    stays as it was."""
+    _, frames = history
+    cut = "2021-05-03"
+    later = {s: df.with_columns(pl.when(pl.col("date") > cut).then(pl.col("close") * 1.7).otherwise(pl.col("close"))
+                                .alias("close")) for s, df in frames.items()}
+    a, b = tmp_path / "a", tmp_path / "b"
+    ingest([write_folder(tmp_path / "ia", frames)], a)
+    ingest([write_folder(tmp_path / "ib", later)], b)
+    compute_features(a, tmp_path / "fa", sets=["alpha158"])
+    compute_features(b, tmp_path / "fb", sets=["alpha158"])
+    with open_store(a) as st:
+        t = int(np.searchsorted(st.dates.astype("datetime64[D]"), np.datetime64(cut), side="right"))
+    pa, pb = panel(tmp_path / "fa"), panel(tmp_path / "fb")
+    assert same(pa[:, :t], pb[:, :t]) and not same(pa[:, t:], pb[:, t:])
+
+
+def test_an_intraday_store_counts_bars(tmp_path):
+    from kline_store.store import create_store
+    rng = np.random.default_rng(0)
+    n = 240 * 3
+    stamps = (np.datetime64("2024-01-02T09:31") + np.arange(n) % 240 + (np.arange(n) // 240) * 1440).astype(
+        "datetime64[m]")
+    close = 10 * np.exp(np.cumsum(rng.normal(0, 0.001, (2, n)), axis=1))
+    p = np.stack([close, close * 1.001, close * 0.999, close, rng.integers(100, 1000, (2, n))], axis=2)
+    create_store(tmp_path / "m", p.astype(np.float32), ["A", "B"], stamps, FIELDS, freq="1min")
+    compute_features(tmp_path / "m", tmp_path / "f", sets=[], exprs={"MA5": "Mean($close, 5)"}, label=None)
+    with open_store(tmp_path / "f") as st:
+        assert st.freq == "1min" and st.n_dates == n
+        got = np.array(st.array("MA5"))[0]
+    want = np.convolve(close[0].astype(np.float32), np.ones(5) / 5, mode="valid")
+    np.testing.assert_allclose(got[4:], want, rtol=1e-5)          # five bars, across the day boundary too

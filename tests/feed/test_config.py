@@ -84,3 +84,55 @@ def test_user_cache_fallback_when_store_file_unwritable(tmp_path, monkeypatch):
     path = C.save_config(store, 64, 256, "cpu", {"num_workers": 1})
     assert path.parent == tmp_path / "home" / ".cache" / "kline-store"
     assert C.load_config(store, 64, 256, "cpu")["num_workers"] == 1
+
+
+# --- a tuning file is untrusted (issue 19) -------------------------------------------------------------------
+
+def _damage(store, how):
+    f = store / C.TUNE_FILE
+    if how == "fifo":
+        os.mkfifo(f)
+    elif how == "link-dev-zero":
+        f.symlink_to("/dev/zero")
+    elif how == "huge":
+        with open(f, "wb") as fh:
+            fh.truncate(64 << 20)
+    elif how == "deep":
+        f.write_text("[" * 100_000 + "]" * 100_000)
+    elif how == "infinity":
+        key = C.config_key(64, 256, "cpu")
+        f.write_text('{"%s": {"config": {"num_workers": Infinity, "prefetch": 2}}}' % key)
+    elif how == "overflow":
+        key = C.config_key(64, 256, "cpu")
+        f.write_text('{"%s": {"config": {"num_workers": 1e400, "prefetch": 2}}}' % key)
+    elif how in ("workers", "prefetch"):
+        key = C.config_key(64, 256, "cpu")
+        cfg = {"num_workers": 64, "prefetch": 2} if how == "workers" else {"num_workers": 1, "prefetch": 10**9}
+        f.write_text(json.dumps({key: {"config": cfg}}))
+
+
+@pytest.mark.parametrize("how", ["fifo", "link-dev-zero", "huge", "deep", "infinity", "overflow", "workers",
+                                 "prefetch"])
+def test_a_damaged_or_unbounded_tune_file_gives_the_defaults_and_one_warning(tmp_path, monkeypatch, how):
+    """Issue 19: a FIFO hung config="auto" forever, a link to /dev/zero grew to 11 GB, deep nesting or Infinity
+    crashed it, and 64 workers or a prefetch of 1e9 chunks were taken as given."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    store = tmp_path / "s"
+    store.mkdir()
+    _damage(store, how)
+    with pytest.warns(RuntimeWarning, match="kline-store: ignoring") as got:
+        config, source = C.resolve_config("auto", store, 64, 256, "cpu")
+    assert source == "default" and config == C.normalize_config({}, "cpu")
+    assert len([w for w in got if "kline-store" in str(w.message)]) == 1
+
+
+def test_a_linked_cache_folder_is_not_used(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home" / ".cache").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "home" / ".cache" / "kline-store").symlink_to(tmp_path / "elsewhere")
+    store = tmp_path / "st"
+    (store / "tune.json").mkdir(parents=True)          # the store's file cannot be written: the cache would be
+    with pytest.raises(InputError, match="cannot save tuned config"):
+        C.save_config(store, 64, 256, "cpu", {"num_workers": 1})
+    assert list((tmp_path / "elsewhere").iterdir()) == []

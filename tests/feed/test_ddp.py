@@ -104,3 +104,23 @@ def test_two_nodes_restart_from_the_saved_state(store, tmp_path):
     assert len({r["steps"] for r in tail}) == 1                           # equal steps on every rank
     seen = [[tuple(k) for k in h["seen"] + t["seen"]] for h, t in zip(head, tail)]
     _check_shards(store, seen, 4)
+
+
+def test_ranks_opening_on_either_side_of_an_append_train_on_one_version(tmp_path):
+    """Issue 19: two ranks that opened the store before and after an append trained on different versions: their
+    "disjoint" shards overlapped by half and their step counts differed (a collective then dies or hangs)."""
+    rng = np.random.default_rng(9)
+    path = make_store(tmp_path / "s", random_panel(rng, 10, 120, holes=0.0))
+    days = [str(np.datetime64("2020-01-01") + 120 + d) for d in range(60)]
+    rows = "".join(f"S{s:03d},{d},1,2,0.5,1.5,100,150\n" for s in range(10) for d in days)
+    new = tmp_path / "new.csv"
+    new.write_text("symbol,date,open,high,low,close,volume,amount\n" + rows)
+    _launch(1, [str(path), str(tmp_path), str(new), "race"], tmp_path)
+    ranks = _read(tmp_path, "race", 2)
+    assert [r["opened"] for r in ranks] == [1, 2]                       # the append came between the opens
+    assert ranks[0]["version"] == ranks[1]["version"] == 1              # the first rank's version, on both
+    assert ranks[0]["steps"] == ranks[1]["steps"] and ranks[0]["n"] == ranks[1]["n"]
+    a, b = ({tuple(k) for k in r["seen"]} for r in ranks)
+    n = ranks[0]["n"]
+    assert len(a & b) <= 1 and len(a | b) == n                          # disjoint but for the padded tail
+    assert all(r["state"]["version"] == 1 for r in ranks)

@@ -99,6 +99,17 @@ def test_epoch_batches_reject_a_foreign_state():
         eb.load_state_dict({})
 
 
+@pytest.mark.parametrize("key,value", [("epoch", -1), ("epoch", float("nan")), ("position", float("inf")),
+                                       ("position", "3"), ("epoch", None), ("epoch", 1.5), ("position", True)])
+def test_odd_values_in_a_state_are_one_line(key, value):
+    """Issue 19: epoch -1 or NaN raised raw numpy errors."""
+    eb = S.EpochBatches(10, 3, seed=1)
+    with pytest.raises(InputError, match=rf"loader state has {key}=.*expected a whole number >= 0"):
+        eb.load_state_dict({**eb.state_dict(), key: value})
+    eb.load_state_dict({**eb.state_dict(), "epoch": np.int64(2), "position": 3.0})   # numbers as saved
+    assert eb.epoch == 2 and eb.position == 3
+
+
 @pytest.mark.parametrize("kwargs", [dict(batch_size=0), dict(rank=2, world_size=2), dict(world_size=0),
                                     dict(tail="wrap")])
 def test_epoch_batches_bad_arguments(kwargs):

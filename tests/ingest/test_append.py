@@ -13,8 +13,9 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from conftest import write
+from conftest import run_cli, write
 from kline_store import StoreLockedError, append, ingest, open_store, verify_store
+from kline_store.errors import InputError
 from kline_store.store.lock import WriterLock
 
 QFQ = ["000001", "000627", "000670", "000792", "600777", "001221", "001277", "600816", "600519"]
@@ -324,3 +325,90 @@ def test_a_file_cut_mid_number_is_refused_and_the_stored_bar_kept(real, tmp_path
     assert (tmp_path / "s" / "manifest.json").read_bytes() == before
     st = open_store(tmp_path / "s")
     assert st.array("high")[0, -1] == np.float32(164.940002)
+
+
+# --- one calendar rule for ingest and append (issue 19) ------------------------------------------------------
+
+def _outcome(fn):
+    """('ok', None) or ('error', the error's class): what a user of ingest or append meets."""
+    try:
+        fn()
+        return "ok"
+    except InputError:
+        return "error"
+
+
+@st.composite
+def session_inputs(draw):
+    """Minute bars on two dates at times drawn in and around the A-share sessions (lunch, pre-open, after)."""
+    times = st.sampled_from(["08:01", "09:31", "09:32", "11:30", "12:00", "13:01", "14:59", "15:00", "15:30"])
+    day1 = sorted(set(draw(st.lists(times, min_size=1, max_size=4))))
+    day2 = sorted(set(draw(st.lists(times, min_size=1, max_size=4))))
+    return day1, day2
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(session_inputs())
+def test_append_applies_the_sessions_as_ingest_does(tmp_path_factory, case):
+    day1, day2 = case
+    tmp = tmp_path_factory.mktemp("sess")
+    head = "".join(f"X,2024-01-02 {t},{i + 1}\n" for i, t in enumerate(day1))
+    tail = "".join(f"X,2024-01-03 {t},{i + 1}\n" for i, t in enumerate(day2))
+    write(tmp / "a.csv", "symbol,dt,close\n" + head)
+    write(tmp / "b.csv", "symbol,dt,close\n" + tail)
+    write(tmp / "all.csv", "symbol,dt,close\n" + head + tail)
+    full = _outcome(lambda: ingest([tmp / "all.csv"], tmp / "ref", sessions="ashare", freq="1min"))
+    if _outcome(lambda: ingest([tmp / "a.csv"], tmp / "s", sessions="ashare", freq="1min")) == "error":
+        assert full == "error"
+        return
+    appended = _outcome(lambda: append(tmp / "s", [tmp / "b.csv"]))
+    assert appended == full, (day1, day2)
+    if full == "ok":
+        assert_same_store(open_store(tmp / "s", verify=True), open_store(tmp / "ref"))
+
+
+@pytest.mark.parametrize("stamp", ["2024-01-02 12:00", "2024-01-03 08:01"])
+def test_append_of_a_bar_outside_the_sessions_names_file_line_and_stamp(tmp_path, stamp):
+    write(tmp_path / "a.csv", "dt,close\n2024-01-02 09:31,1\n2024-01-02 09:32,2\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s", sessions="ashare")
+    write(tmp_path / "b.csv", f"dt,close\n2024-01-02 09:33,3\n{stamp},4\n")
+    with pytest.raises(InputError, match=rf"b.csv line 3: .*bar at {stamp} is outside the store's sessions"):
+        append(tmp_path / "s", [tmp_path / "b.csv"])
+    assert open_store(tmp_path / "s").n_dates == 2
+
+
+def test_append_keeps_to_the_calendar_file_of_the_store(tmp_path):
+    cal = write(tmp_path / "cal.csv", "date\n2024-01-02\n2024-01-03\n2024-01-04\n")   # Tue..Thu
+    write(tmp_path / "a.csv", "symbol,date,close\nX,2024-01-02,1\nX,2024-01-03,2\n")
+    ingest([tmp_path / "a.csv"], tmp_path / "s", calendar=str(cal))
+    sat = write(tmp_path / "sat.csv", "symbol,date,close\nX,2024-01-04,3\nX,2024-01-06,4\n")
+    with pytest.raises(InputError, match=r"sat.csv line 3: .*2024-01-06 is outside the store's calendar \(.*cal.csv"):
+        append(tmp_path / "s", [sat])
+    new = write(tmp_path / "new.csv", "symbol,date,close\nX,2024-01-05,5\n")
+    with pytest.raises(InputError, match=r"new.csv line 2: .*2024-01-05 is outside .*pass --calendar FILE"):
+        append(tmp_path / "s", [new])
+    r = run_cli("append", str(tmp_path / "s"), str(new))
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "--calendar" in r.stderr
+    cal2 = write(tmp_path / "cal2.csv", "date\n2024-01-02\n2024-01-03\n2024-01-04\n2024-01-05\n")
+    append(tmp_path / "s", [new], calendar=str(cal2))
+    write(tmp_path / "all.csv", "symbol,date,close\nX,2024-01-02,1\nX,2024-01-03,2\nX,2024-01-05,5\n")
+    ingest([tmp_path / "all.csv"], tmp_path / "ref", calendar=str(cal2))
+    assert_same_store(open_store(tmp_path / "s", verify=True), open_store(tmp_path / "ref"))
+    assert open_store(tmp_path / "s").manifest["calendar_source"] == str(cal2)
+
+
+def test_a_calendar_fifo_and_a_lack_of_file_descriptors_are_one_line(tmp_path):
+    """Issue 19: a calendar FIFO hung the read; `ulimit -n 8` was "unexpected OSError"."""
+    fifo = tmp_path / "cal.csv"
+    os.mkfifo(fifo)
+    a = write(tmp_path / "a.csv", "symbol,date,close\nX,2024-01-02,1\n")
+    r = run_cli("ingest", str(a), "-o", str(tmp_path / "s"), "--calendar", str(fifo), timeout=60)
+    assert r.returncode == 1 and "cal.csv: not a regular file" in r.stderr
+    ingest([a], tmp_path / "s")
+    b = write(tmp_path / "b.csv", "symbol,date,close\nX,2024-01-03,2\n")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (8, 8)); "
+            "from kline_store.cli.main import main; sys.argv = ['kline-store', 'append', sys.argv[1], sys.argv[2]]; main()")
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), str(b)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    assert "too many open files (this process may open 8" in r.stderr and "unexpected" not in r.stderr

@@ -1,11 +1,15 @@
 """Date cells -> local timestamps: every accepted form, times of day kept, one message per kind of bad date,
 and the 1800..2200 range."""
 
+import datetime as dt
 from pathlib import Path
 
+import pandas as pd
 import polars as pl
 import pytest
+from hypothesis import given, settings, strategies as st
 
+from kline_store.ingest import columns as C, dates as D
 from kline_store.ingest.dates import parse_dates, parse_days
 from kline_store.errors import InputError
 
@@ -89,3 +93,71 @@ def test_float_dates_with_a_null_word_name_the_missing_one():
     out = integral_float_dates(pl.Series("d", ["20240102.0", "nan", " NA "]), Path("f.csv"), "d",
                                lambda i: f"line {int(i) + 2}")
     assert out.to_list() == [20240102, None, None]
+
+
+# --- stamps parsed or refused, never half-read (issue 19) ----------------------------------------------------
+
+@pytest.mark.parametrize("cell,stamp", [("7/1/2020 1:31 PM", "2020-07-01 13:31:00"),
+                                        ("7/1/2020 9:31 AM", "2020-07-01 09:31:00"),
+                                        ("7/1/2020 12:01 AM", "2020-07-01 00:01:00"),
+                                        ("7/1/2020 12:01 pm", "2020-07-01 12:01:00"),
+                                        ("2020-07-01 01:31:00PM", "2020-07-01 13:31:00")])
+def test_twelve_hour_clocks_with_am_pm(cell, stamp):
+    assert str(parse([cell], fn=parse_dates)[0]) == stamp
+
+
+@pytest.mark.parametrize("cell", ["7/1/2020 13:31 PM", "7/1/2020 0:31 AM", "2020-07-01 09:31 foo",
+                                  "2020-07-01 09:31+8", "2020-07-01 9"])
+def test_a_stamp_not_read_whole_is_refused(cell):
+    with pytest.raises(InputError, match="line 2: unparseable date"):
+        parse([cell], fn=parse_dates)
+
+
+def test_mixed_utc_offsets_are_refused_or_converted_to_the_exchange_clock():
+    cells = ["2020-07-01T09:31:00+08:00", "2020-07-01T01:32:00Z", "2020-07-01T09:33:00+08:00"]
+    with pytest.raises(InputError, match=r"different UTC offsets in column 'd': '2020-07-01T09:31:00\+08:00' \(line 2\)"
+                                         r" and '2020-07-01T01:32:00Z' \(line 3\); pass --timezone"):
+        parse(cells, fn=parse_dates)
+    with D.exchange_zone("Asia/Shanghai"):
+        got = [str(x) for x in parse(cells, fn=parse_dates)]
+    assert got == ["2020-07-01 09:31:00", "2020-07-01 09:32:00", "2020-07-01 09:33:00"]
+    aware = pl.Series("d", [0, 60_000], dtype=pl.Datetime("ms", "UTC"))   # a zone-aware Parquet column
+    with D.exchange_zone("Asia/Shanghai"):
+        assert str(parse(aware, fn=parse_dates)[1]) == "1970-01-01 08:01:00"
+    with pytest.raises(InputError, match="--timezone 'Mars/Base'"):
+        with D.exchange_zone("Mars/Base"):
+            pass
+
+
+CLOCKS = ["", " %H:%M", " %H:%M:%S", "T%H:%M:%S", " %I:%M %p", " %I:%M:%S%p"]
+ZONES = ["", "Z", "+08:00", "-0530", "+0000"]
+
+
+@st.composite
+def stamps(draw):
+    """Strings in every date pattern of dates.py, with and without a clock (24- or 12-hour), offset or Z."""
+    moments = draw(st.lists(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2100, 12, 31)),
+                            min_size=1, max_size=5))
+    fmt = draw(st.sampled_from(C.DATE_FORMATS))
+    clock = draw(st.sampled_from(CLOCKS))
+    if fmt == "%Y%m%d":   # digits only: YYYYMMDDHHMM is its own form
+        clock = ""
+    zone = draw(st.sampled_from(ZONES)) if clock else ""
+    if "%p" in clock and zone:   # "12:00 AMZ" is no stamp to pandas either
+        zone = " " + zone
+    return [m.replace(microsecond=0).strftime(fmt + clock) + zone for m in moments], zone
+
+
+@settings(max_examples=150, deadline=None)
+@given(stamps(), st.sampled_from([None, "Asia/Shanghai", "America/New_York"]))
+def test_every_pattern_agrees_with_pandas(case, tz):
+    cells, zone = case
+    with D.exchange_zone(tz):
+        ours = [str(x) for x in parse(cells, fn=parse_dates)]
+    theirs = []
+    for c in cells:
+        t = pd.Timestamp(pd.to_datetime(c))
+        if t.tzinfo is not None:
+            t = (t.tz_convert(tz) if tz else t).tz_localize(None)
+        theirs.append(str(t.floor("s").to_pydatetime()))
+    assert ours == theirs, cells

@@ -4,6 +4,7 @@ import numpy as np
 import polars as pl
 import pytest
 
+from conftest import run_cli
 from kline_store import InputError, ingest, open_store
 from kline_store.ingest.exporter import export, to_frame
 from kline_store.store import create_store
@@ -44,3 +45,24 @@ def test_bad_targets(store, tmp_path):
     (tmp_path / "afile").write_text("x")
     with pytest.raises(InputError, match="cannot make the export's folder"):
         export(store, tmp_path / "afile" / "sub" / "out.csv")
+
+
+@pytest.mark.parametrize("fmt,name", [("csv", "manifest.json"), ("parquet", "x.parquet"), ("qlib", "q"),
+                                      ("csv", ".")])
+def test_an_export_into_its_own_store_is_refused(store, fmt, name):
+    """Issue 19: `export STORE -o STORE/manifest.json --format csv` overwrote the store's manifest."""
+    before = (store / "manifest.json").read_bytes()
+    r = run_cli("export", str(store), "-o", str(store / name), "--format", fmt)
+    assert r.returncode == 1 and "is inside the store" in r.stderr and len(r.stderr.splitlines()) == 1
+    assert (store / "manifest.json").read_bytes() == before
+    assert not (store / "q").exists() and not (store / "x.parquet").exists()
+
+
+def test_a_failing_parquet_write_is_one_line(store, tmp_path, monkeypatch):
+    """Issue 19: a full disk during Parquet export was an "unexpected ComputeError"."""
+    def full(self, *a, **k):
+        raise pl.exceptions.ComputeError("No space left on device (os error 28)")
+    monkeypatch.setattr(pl.DataFrame, "write_parquet", full)
+    with pytest.raises(InputError, match=r"cannot write the export \(No space left on device"):
+        export(store, tmp_path / "x.parquet")
+    assert [p.name for p in tmp_path.iterdir()] == ["s"]

@@ -65,3 +65,18 @@ def test_symbol_patterns_that_find_nothing_or_are_not_patterns(tmp_path):
     for bad in ("(", "a{99999999999}"):
         with pytest.raises(InputError, match=r"--symbol-pattern .*: not a regular expression"):
             symbol_from_name(Path("AAPL.csv"), bad)
+
+
+def test_an_address_space_limit_polars_would_abort_under_is_one_line(tmp_path):
+    """Issue 19: under `ulimit -v` polars aborted with a Rust backtrace and left the store's `.lock` behind."""
+    import subprocess
+    import sys
+    csv = tmp_path / "a.csv"
+    csv.write_text("date,close\n2024-01-02,1\n")
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (1 << 30, resource.RLIM_INFINITY)); "
+            "from kline_store.cli.main import main; sys.argv = ['kline-store', 'ingest', sys.argv[1], '-o', sys.argv[2]]; "
+            "main()")
+    r = subprocess.run([sys.executable, "-c", code, str(csv), str(tmp_path / "s")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 1 and "address-space limit (ulimit -v) is 1024 MiB" in r.stderr, r.stderr
+    assert r.stderr.count("\n") == 1 and not (tmp_path / "s").exists()

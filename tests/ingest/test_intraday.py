@@ -272,3 +272,29 @@ def test_a_daily_file_with_a_stray_time_of_day_stays_daily(real, tmp_path):
     assert st.freq == "1d" and st.n_dates == 3332 and np.isfinite(st.array("close")).sum() == 3332
     with pytest.raises(InputError, match=r"MIN\.csv line 2: 1min bars \(several a day\) for .*, a daily store"):
         append(tmp_path / "s", [real / MIN])
+
+
+def test_am_pm_and_utc_offsets_land_on_the_exchange_clock(tmp_path):
+    """Issue 19: 1:31 PM was stored as 01:31 (before the morning); +08:00 and Z kept their wall clocks."""
+    p = write(tmp_path / "m.csv", "dt,close\n7/1/2020 9:31 AM,1\n7/1/2020 9:32 AM,2\n7/1/2020 1:31 PM,3\n")
+    ingest([p], tmp_path / "s", sessions="ashare")
+    assert [str(d) for d in open_store(tmp_path / "s").dates[[0, -1]]] == ["2020-07-01T09:31", "2020-07-01T13:31"]
+    q = write(tmp_path / "z.csv", "dt,close\n2020-07-01T09:31:00+08:00,1\n2020-07-01T01:32:00Z,2\n")
+    r = run_cli("ingest", str(q), "-o", str(tmp_path / "bad"))
+    assert r.returncode == 1 and "different UTC offsets" in r.stderr and "--timezone" in r.stderr
+    r = run_cli("ingest", str(q), "-o", str(tmp_path / "z"), "--timezone", "Asia/Shanghai")
+    assert r.returncode == 0, r.stderr
+    st = open_store(tmp_path / "z")
+    assert [str(d) for d in st.dates] == ["2020-07-01T09:31", "2020-07-01T09:32"]
+    assert json.loads(run_cli("info", str(tmp_path / "z"), "--json").stdout)["timezone"] == "Asia/Shanghai"
+    more = write(tmp_path / "more.csv", "dt,close\n2020-07-01T01:33:00Z,3\n2020-07-01T09:34:00+08:00,4\n")
+    append(tmp_path / "z", [more])     # the store's zone converts the append's stamps too
+    assert [str(d) for d in open_store(tmp_path / "z").dates[2:]] == ["2020-07-01T09:33", "2020-07-01T09:34"]
+
+
+def test_a_day_of_pre_session_bars_with_sessions_is_one_line(tmp_path):
+    """Issue 19: a single day of pre-session bars with --sessions gave "unexpected IndexError"."""
+    p = write(tmp_path / "pre.csv", "dt,close\n2024-01-02 08:01,1\n2024-01-02 08:02,2\n")
+    r = run_cli("ingest", str(p), "-o", str(tmp_path / "s"), "--sessions", "ashare", "--freq", "1min")
+    assert r.returncode == 1 and "not in the calendar (2024-01-02 08:01, 2024-01-02 08:02)" in r.stderr
+    assert "unexpected" not in r.stderr and not (tmp_path / "s").exists()

@@ -6,6 +6,9 @@ test; tests/test_qlib_store.py checks both directions against Qlib itself.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +170,66 @@ def test_export_needs_a_new_directory(small, tmp_path):
     r = run_cli("export", str(tmp_path / "st"), "--format", "qlib", "-o", str(tmp_path / "empty"))
     assert r.returncode == 0 and "wrote 2 symbols" in r.stdout, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []   # no temporary left
+
+
+# --- every file of a provider directory is untrusted (issue 19) ----------------------------------------------
+
+@pytest.mark.parametrize("name", ["../../evil", "/abs/path", "..", "a\\..\\b"])
+def test_instrument_names_that_leave_features_are_refused(tmp_path, name):
+    root = provider(tmp_path / "q", {"AAA": {"close": (0, [1, 2, 3, 4, 5])}})
+    outside = tmp_path / "evil" / "close.day.bin"      # what ../../evil would read from q/features/
+    outside.parent.mkdir()
+    np.float32([0, 9, 9, 9, 9, 9]).tofile(outside)
+    write(root / "instruments" / "all.txt", f"AAA\t{DAYS[0]}\t{DAYS[-1]}\n{name}\t{DAYS[0]}\t{DAYS[-1]}\n")
+    r = run_cli("ingest", str(root), "-o", str(tmp_path / "st"))
+    assert r.returncode == 1 and "all.txt: line 2: instrument" in r.stderr and "not a plain name" in r.stderr
+    assert not (tmp_path / "st").exists()
+
+
+def test_a_sparse_6_gib_bin_is_refused_from_its_size_within_seconds(tmp_path):
+    root = provider(tmp_path / "q", {"AAA": {"close": (0, [1, 2, 3, 4, 5])}})
+    with open(root / "features" / "aaa" / "close.day.bin", "r+b") as fh:
+        fh.truncate(6 << 30)                      # sparse: no disk used, 6 GiB to a reader
+    t0 = time.perf_counter()
+    r = run_cli("ingest", str(root), "-o", str(tmp_path / "st"))
+    assert time.perf_counter() - t0 < 20
+    assert r.returncode == 1 and "more than the calendar's 5 days" in r.stderr, r.stderr
+    assert not (tmp_path / "st").exists()
+
+
+@pytest.mark.parametrize("calendar,message", [
+    ("1500-01-02\n2024-01-03\n2024-01-04\n2024-01-05\n2024-01-08\n",
+     "day.txt: line 1: 1500-01-02 is outside 1800-01-01..2200-12-31"),
+    ("2024-01-02\n" * 500_000, "more than a Qlib list of days"),
+])
+def test_a_bad_calendar_is_refused_before_anything_is_written(tmp_path, calendar, message):
+    root = provider(tmp_path / "q", {"AAA": {"close": (0, [1, 2, 3, 4, 5])}})
+    write(root / "calendars" / "day.txt", calendar)
+    r = run_cli("ingest", str(root), "-o", str(tmp_path / "st"))
+    assert r.returncode == 1 and message in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+    assert not (tmp_path / "st").exists()
+
+
+def test_a_calendar_fifo_or_link_is_not_a_calendar(tmp_path):
+    root = provider(tmp_path / "q", {"AAA": {"close": (0, [1, 2, 3, 4, 5])}})
+    (root / "calendars" / "day.txt").unlink()
+    os.mkfifo(root / "calendars" / "day.txt")
+    r = run_cli("ingest", str(root), "-o", str(tmp_path / "st"), timeout=30)
+    assert r.returncode == 1 and "day.txt: not a regular file" in r.stderr, r.stderr
+
+
+def test_names_a_provider_cannot_hold_are_said_plainly():
+    with pytest.raises(InputError, match="'CON' and '_qlib_CON' name the same folder"):
+        QF.check_names(["CON", "_qlib_CON"], ["close"])
+    with pytest.raises(InputError, match=r"symbol 'XXXXXXXX.*\(300 characters\) .*longer than a file system allows"):
+        QF.check_names(["X" * 300], ["close"])
+
+
+def test_a_killed_exports_temporary_folder_is_removed_by_the_next(small, tmp_path):
+    ingest([small], tmp_path / "st")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = tmp_path / f".out.tmp-{dead.pid}"
+    (left / "features").mkdir(parents=True)
+    assert run_cli("export", str(tmp_path / "st"), "--format", "qlib", "-o", str(tmp_path / "out")).returncode == 0
+    assert not left.exists()

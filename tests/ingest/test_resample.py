@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kline_store.errors import InputError
 from kline_store.store import sessions as SE
 from kline_store.ingest.resample import aggregate, periods
 
@@ -54,3 +56,38 @@ def test_aggregate_matches_a_plain_reference(seed, k, holes):
                 v = block[s, a:b, f]
                 want = fn(v) if np.isfinite(v).any() else np.nan
                 np.testing.assert_allclose(out[s, j, f], want, rtol=1e-6, equal_nan=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["ashare", "us", None]), st.sampled_from([2, 3, 5, 10, 15, 20, 30, 45, 60, 90, 120, 150, 240,
+                                                                  390, 1440]),
+       st.integers(0, 3))
+def test_every_period_is_stamped_inside_its_session(template, k, missing):
+    """Issue 19: 90, 240 or 1440 minutes stamped bars after the session close or on the next day."""
+    name = template or "ashare"
+    sess = SE.load(name)
+    cal = _day(sess.day_stamps("1min"))
+    keys = np.concatenate([cal[missing:] + d * 1440 for d in range(3)])     # first minutes missing, 3 days
+    longest = max(b - a for a, b in sess.intervals)
+    if k > longest:
+        with pytest.raises(InputError, match=f"--freq {k}min is longer than the longest session"):
+            periods(keys, "1min", f"{k}min", sess if template else None)
+        return
+    p = periods(keys, "1min", f"{k}min", sess if template else None)
+    clock, day = p.keys % 1440, p.keys // 1440
+    assert set(day.tolist()) == {DAY // 1440 + d for d in range(3)}       # never on the next day
+    inside = np.zeros(len(clock), dtype=bool)
+    for a, b in sess.intervals:
+        inside |= (clock > a) & (clock <= b)
+    assert inside.all(), sorted(set(clock[~inside].tolist()))             # never after a close
+    assert np.all(np.diff(p.keys) > 0)
+    # every source bar lands in the period stamped at or after it, within its session
+    owner = np.repeat(p.keys, np.diff(np.r_[p.starts, len(keys)]))
+    assert np.all(owner >= keys) and np.all(owner - keys < k)
+
+
+def test_ninety_minutes_of_ashare_end_at_the_session_closes():
+    cal = _day(SE.load("ashare").day_stamps("1min"))
+    p = periods(cal, "1min", "90min", SE.load("ashare"))
+    assert [f"{int(k % 1440) // 60:02d}:{int(k % 1440) % 60:02d}" for k in p.keys] == ["11:00", "11:30", "14:30",
+                                                                                        "15:00"]

@@ -405,3 +405,36 @@ def test_a_single_field_may_be_a_string(small):
 def test_a_raw_price_label_is_refused_with_adjusted_inputs(split7):
     with pytest.raises(InputError, match="label='close' with adjust='forward'"):
         KlineDataset(split7, window=5, label="close", adjust="forward")
+
+
+def test_a_dataset_over_a_closed_store_says_so(tmp_path):
+    """Issue 19: it failed as "cannot reshape array of size 0"."""
+    from kline_store.errors import StoreError
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    st_ = open_store(path)
+    st_.close()
+    with pytest.raises(StoreError, match="this Store .* is closed"):
+        KlineDataset(st_, window=5, horizon=1)
+
+
+def test_a_loader_state_from_another_store_version_is_refused(tmp_path):
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    ld = KlineDataset(path, window=5, horizon=1).loader(batch_size=8)
+    state = ld.state_dict()
+    assert state["version"] == 1
+    with pytest.raises(InputError, match="taken on store version 7; this dataset reads version 1"):
+        ld.load_state_dict({**state, "version": 7})
+    ld.load_state_dict(state)
+
+
+def test_a_version_the_other_ranks_read_that_is_gone_is_one_line(tmp_path, monkeypatch):
+    """Issue 19 (DDP on one version): a rank that cannot open the agreed version fails in one line."""
+    from kline_store.errors import StoreError
+    from kline_store.samples import dataset as DS
+    path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
+    monkeypatch.setattr(DS, "agreed_version", lambda store, version: 7)
+    with pytest.raises(StoreError, match=r"the other ranks read store version 7, this rank opened version 1") as e:
+        KlineDataset(path, window=5, horizon=1)
+    assert "\n" not in str(e.value)
+    monkeypatch.setattr(DS, "agreed_version", lambda store, version: None)      # no process group: as opened
+    assert KlineDataset(path, window=5, horizon=1).version == 1

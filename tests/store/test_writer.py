@@ -223,3 +223,22 @@ def test_new_generation_reserves_only_the_logical_rows(tmp_path):
     assert np.array_equal(raw[:, :1000], block) and not raw[:, 1000:].any()
     assert data["size"] == 3 * 5000 * 16 and len(data["row_crc32"]) == 3
     assert not (tmp_path / "s" / ".staging" / data["file"]).exists()
+
+
+def test_a_failed_first_write_leaves_no_folder_with_a_lock(tmp_path, monkeypatch):
+    """Issue 19: a failed first resample (create_store) left its folder with a `.lock` in it."""
+    from kline_store.errors import StoreError
+    from kline_store.store import writer
+
+    def full(*a, **k):
+        raise StoreError("no space left on device")
+    monkeypatch.setattr(writer, "write_panel", full)
+    panel = np.ones((2, 3, 1), dtype=np.float32)
+    dates = np.arange("2024-01-01", "2024-01-04", dtype="datetime64[D]")
+    with pytest.raises(StoreError, match="no space"):
+        writer.create_store(tmp_path / "a" / "b", panel, ["X", "Y"], dates, ["close"])
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "own").mkdir()
+    with pytest.raises(StoreError, match="no space"):
+        writer.create_store(tmp_path / "own", panel, ["X", "Y"], dates, ["close"])
+    assert (tmp_path / "own").is_dir() and list((tmp_path / "own").iterdir()) == []   # the user's folder stays
