@@ -24,6 +24,7 @@ import torch
 
 from ..errors import InputError
 from .batches import slices
+from .block_feed import BlockBatches, make_sampler
 from .buffers import Layout
 from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, resolve_config
@@ -104,6 +105,14 @@ class KlineLoader:
         worker_init_fn, multiprocessing_context, timeout: as for ``DataLoader`` (worker processes only).
         in_order: must be True (the order must not depend on timing).
         pin_memory_device: accepted and ignored (the device is ``device``).
+        order: "uniform" (a permutation of every window per epoch: 4 bytes a window, for stores that fit in
+            memory), "blocks" (blocks of a symbol's bars permuted, each batch drawn from a pool of ``pool_blocks``
+            live blocks, read ahead and released: memory O(blocks), for stores bigger than memory; see
+            ``feed/block_order.py``) or "auto" (default: blocks when the bytes samples read exceed half the
+            available memory, the cgroup's limit where one is set).
+        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size)).
+        block_bytes: bytes of bars per block (default: a quarter of the available memory over the pool, 64 KiB
+            to 4 MiB).
 
     Attributes:
         batch_sampler: the :class:`~kline_store.feed.sampling.EpochBatches` holding order and position.
@@ -113,7 +122,8 @@ class KlineLoader:
     def __init__(self, source: BatchSource, batch_size: int = 256, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, num_workers: int | None = None, *, rank: int | None = None,
                  world_size: int | None = None, tail: Literal["pad", "drop"] = "pad", device: Any = None,
-                 placement: str = "auto", config: Any = None, backend: str | None = None,
+                 placement: str = "auto", config: Any = None, backend: str | None = None, order: str = "auto",
+                 pool_blocks: int | None = None, block_bytes: int | None = None,
                  **dataloader_kwargs: Any) -> None:
         unknown = sorted(set(dataloader_kwargs) - set(_DATALOADER_KWARGS))
         if unknown:
@@ -127,8 +137,9 @@ class KlineLoader:
         rank, world_size = dist_rank_world(rank, world_size)
         self.source = source
         self.batch_size = int(batch_size)
-        self.batch_sampler = EpochBatches(len(source), self.batch_size, shuffle, seed, drop_last, rank, world_size,
-                                          tail)
+        self.batch_sampler: EpochBatches | BlockBatches
+        self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
+                                                      world_size, tail, pool_blocks, block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
         self.device = self._check_device(device)
@@ -150,6 +161,10 @@ class KlineLoader:
         if placement in ("device", "pinned") and self.layout is None:
             raise InputError(f"placement={placement!r} needs a dataset with a panel copy (KlineDataset); "
                              f"{type(source).__name__} supports placement='memmap'")
+        if self.order == "blocks" and placement in ("device", "pinned"):
+            raise InputError(f"placement={placement!r} copies the whole panel; order='blocks' is for stores bigger "
+                             f"than memory and reads them from the memmap: use placement='memmap' (or 'auto')")
+        placement = "memmap" if self.order == "blocks" else placement
         nbytes = source.resident_nbytes() if cuda and placement == "auto" and self.layout is not None else 0
         self.placement = choose_placement(nbytes, cuda=cuda, requested=placement,
                                           device_free=device_free_bytes(self.device) if nbytes else None,
@@ -251,6 +266,9 @@ class KlineLoader:
     def close(self) -> None:
         """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
         self._host.close()
+        residency = getattr(self.batch_sampler, "residency", None)
+        if residency is not None:
+            residency.close()
 
     def __del__(self) -> None:
         try:
@@ -306,7 +324,7 @@ class KlineLoader:
         c = self.config
         return (f"KlineLoader({len(self.source)} samples, batch_size={self.batch_size}, epoch={s.epoch}, "
                 f"position={s.position}, rank={s.rank}/{s.world_size}, device={str(self.device)!r}, "
-                f"placement={self.placement!r}, {c['backend']} x{self.num_workers}, prefetch {c['prefetch']})")
+                f"order={self.order!r}, placement={self.placement!r}, {c['backend']} x{self.num_workers}, prefetch {c['prefetch']})")
 
 
 def describe_config(loader: KlineLoader) -> str:

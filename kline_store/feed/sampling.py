@@ -207,6 +207,9 @@ class EpochBatches:
         missing = [k for k in ("epoch", "position") if k not in state]
         if missing:
             raise InputError(f"loader state lacks {', '.join(missing)}; expected a dict from state_dict()")
+        if state.get("order", "uniform") != "uniform":
+            raise InputError(f"loader state is of order={state['order']!r}; this loader has order='uniform': it "
+                             f"would resume a different order; create the loader with order={state['order']!r}")
         for key in ("n", "seed", "shuffle", "rank", "world_size", "tail"):
             if key in state and state[key] != getattr(self, key):
                 raise InputError(f"loader state has {key}={state[key]!r} but this loader has "

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from . import windows as W
+from .blocks import BlockIndex, attach_store, build_blocks, choose_index, full_index_bytes, window_bounds
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
@@ -84,6 +85,9 @@ class KlineDataset(torch.utils.data.Dataset):
         days: "calendar" (windows of consecutive calendar days) or "symbol" (the symbol's own last ``window``
             bars; suspended days are skipped; label ``horizon`` bars later).
         version: store version to read (default: the current one, or the open Store's).
+        index: "full" (4 bytes per window: the uniform order's index), "blocks" (4 bytes per segment of about
+            64 KiB of a row, validity computed when a block is read: for stores bigger than memory, ``days=
+            "calendar"`` only) or "auto" (full when building it takes at most half the available memory).
 
     Raises:
         InputError: unknown field, window longer than the calendar, no valid window in range, adjust without
@@ -94,7 +98,8 @@ class KlineDataset(torch.utils.data.Dataset):
                  horizon: int = 1, start: DateLike = None, end: DateLike = None, *, label: str = "return",
                  adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
                  missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
-                 days: Literal["calendar", "symbol"] = "calendar", version: int | None = None) -> None:
+                 days: Literal["calendar", "symbol"] = "calendar", version: int | None = None,
+                 index: Literal["auto", "full", "blocks"] = "auto") -> None:
         super().__init__()
         store = path if isinstance(path, Store) else None
         self.path = Path(store.path if store is not None else path)
@@ -106,6 +111,7 @@ class KlineDataset(torch.utils.data.Dataset):
         if self._store is None:
             self._store = open_store(self.path, version=version)
         self.version: int = self._store.version
+        self.index_mode: str = index
         self._reset()
         self._build_index()
         self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
@@ -123,6 +129,13 @@ class KlineDataset(torch.utils.data.Dataset):
         self._ring_made = False
 
     def _build_index(self) -> None:
+        st = self.store
+        mode = choose_index(self.index_mode, st.n_symbols, st.n_dates, self.plan, str(st.path))
+        if mode == "blocks":
+            self._valid, self._bars = build_blocks(st, self.plan), None   # type: ignore[assignment]
+            if len(self._valid) == 0:
+                raise InputError(self._explain_empty())
+            return
         self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
@@ -151,7 +164,11 @@ class KlineDataset(torch.utils.data.Dataset):
 
     # -- pickling: (path, version, spec, stats); index and mappings are rebuilt in the new process -------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), "version": self.version, "spec": self.spec, "stats": self.stats}
+        state = {"path": str(self.path), "version": self.version, "spec": self.spec, "stats": self.stats}
+        if isinstance(getattr(self, "_valid", None), BlockIndex):   # workers do not count the segments again
+            state["blocks"] = self._valid.state()
+        state["index"] = getattr(self, "index_mode", "auto")
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
@@ -162,6 +179,10 @@ class KlineDataset(torch.utils.data.Dataset):
         self._reset()
         self._valid = None  # type: ignore[assignment]
         self._bars = None
+        self.index_mode = state.get("index", "auto")
+        if "blocks" in state:
+            self._valid = BlockIndex.from_state(state["blocks"])   # type: ignore[assignment]
+            attach_store(self._valid, self.store, self.plan)
 
     def _index(self) -> np.ndarray:
         if self._valid is None:
@@ -192,9 +213,21 @@ class KlineDataset(torch.utils.data.Dataset):
     def dates(self) -> np.ndarray:
         return self.store.dates
 
+    def full_index(self) -> np.ndarray:
+        """The valid-window index, built now when this dataset keeps the O(blocks) one (``index="blocks"``); a
+        one-line InputError when it does not fit in the available memory."""
+        if isinstance(self._index(), BlockIndex):
+            st = self.store
+            choose_index("full", st.n_symbols, st.n_dates, self.plan, str(st.path))
+            cpu = self._cpu
+            self._valid, self._bars = W.valid_index(st.panel, self.plan)
+            self.index_mode = "full"
+            self._cpu = cpu
+        return self._valid
+
     def valid_index(self) -> np.ndarray:
         """Flat cell index ``symbol * n_dates + t`` of every sample, sorted (int32 where it fits, read-only)."""
-        v = self._index().view()
+        v = self.full_index().view()
         v.flags.writeable = False
         return v
 
@@ -212,6 +245,8 @@ class KlineDataset(torch.utils.data.Dataset):
     def day_span(self) -> tuple[int, int]:
         """``(d0, d1)``: calendar days ``[d0, d1)`` any sample reads (window days and label days)."""
         v = self._index()
+        if isinstance(v, BlockIndex):
+            return v.day_span(self.window, self.horizon)
         nd = self.store.n_dates
         if self._bars is not None:
             j = np.searchsorted(self._bars, v)
@@ -226,8 +261,11 @@ class KlineDataset(torch.utils.data.Dataset):
         if self._cpu is None or self._pid != os.getpid():
             st = self.store
             flat = st.map_private()   # row s of the file is symbol s (DESIGN.md)
-            # The first epoch at full speed: each row's stored days read ahead and mapped in the background.
-            readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4), st.n_dates * st.n_fields * 4)
+            if isinstance(self._index(), BlockIndex):   # bigger than memory: blocks are read as they come
+                self._index().add_mapping(flat)
+            else:   # the first epoch at full speed: each row's stored days read ahead and mapped in the background
+                readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4),
+                          st.n_dates * st.n_fields * 4)
             bars = torch.from_numpy(self._bars.astype(np.int64)) if self._bars is not None else None
             self._cpu = Gatherer(self.plan, torch.from_numpy(flat), st.row_stride, st.n_fields, 0, bars,
                                  self._stats_t())
@@ -356,7 +394,7 @@ class KlineDataset(torch.utils.data.Dataset):
         panel_t = host.reshape(-1).to(dev)
         bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
         g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
-        valid = torch.from_numpy(self._index()).to(dev)
+        valid = torch.from_numpy(self.full_index()).to(dev)
         nd = st.n_dates
 
         def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
@@ -365,6 +403,50 @@ class KlineDataset(torch.utils.data.Dataset):
             return g.gather(flat // nd, flat % nd, out)
 
         return gather
+
+    # -- the block order (feed/block_feed.py): stores bigger than memory --------------------------
+    @property
+    def block_order_ok(self) -> bool:
+        return self.plan.days == "calendar"
+
+    @property
+    def keeps_full_index(self) -> bool:
+        return not isinstance(self._index(), BlockIndex)
+
+    def read_bytes(self) -> int:
+        """Bytes of the store samples read (every field of the days any sample reads: what the page cache holds)."""
+        st, p = self.store, self.plan
+        t_lo, t_hi = window_bounds(p, st.n_dates)   # O(1): the bounds, not the index
+        return st.n_symbols * max(0, t_hi + p.horizon - t_lo + p.window) * st.n_fields * 4
+
+    def full_index_bytes(self) -> int:
+        return full_index_bytes(self.store.n_symbols, self.store.n_dates, self.plan)
+
+    def _blocks(self) -> BlockIndex:
+        v = self._index()
+        if isinstance(v, BlockIndex):
+            return v
+        if getattr(self, "_block_view", None) is None:
+            st = self.store
+            self._block_view = BlockIndex.from_full(v, self.plan, st.n_symbols, st.n_dates, st.n_fields)
+            attach_store(self._block_view, st, self.plan)
+            if self._cpu is not None:
+                self._block_view.add_mapping(self._cpu.panel_np)
+        return self._block_view
+
+    def block_segments(self) -> tuple[np.ndarray, int]:
+        """Valid windows per segment ``[n_symbols, n_segments]`` and a segment's bytes (positions as ``self[i]``)."""
+        if not self.block_order_ok:
+            raise InputError("order='blocks' needs days='calendar' windows")
+        self._cpu_gatherer()   # first: its mapping is advised with the blocks
+        b = self._blocks()
+        return b.counts, b.seg_bars * self.store.n_fields * 4
+
+    def prefetch_segments(self, row: int, k0: int, k1: int) -> None:
+        self._blocks().prefetch(row, k0, k1)
+
+    def release_segments(self, row: int, k0: int, k1: int) -> None:
+        self._blocks().release(row, k0, k1)
 
     # -- loaders ---------------------------------------------------------------------------
     def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
