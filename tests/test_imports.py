@@ -37,8 +37,8 @@ LAYERS = {
              "config", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
     "samples": ["ranges", "spec", "windows", "blocks", "transforms", "gather", "dataset", "cross_section", "splits",
                 "__init__"],
-    "measure": ["timing", "meter", "synthetic", "tune", "classic", "bench_rows", "bench_report", "bench",
-                "__init__"],
+    "measure": ["timing", "meter", "synthetic", "shuffle", "tune", "classic", "bench_rows", "bench_report",
+                "bench", "__init__"],
     "features": [],
     "cli": ["perf", "main", "__init__", "__main__"],
 }

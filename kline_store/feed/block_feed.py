@@ -263,6 +263,21 @@ class Residency:
             self._q.put(None)
 
 
+def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, avail: Available | None = None
+                        ) -> None:
+    """One-line InputError when the loader's chunk buffers (and the block order's pool of resident blocks) need
+    more than the available memory: under a cgroup limit the alternative is the OOM killer, or a process that
+    thrashes its page cache without end."""
+    need = chunk_bytes * slots
+    what = f"the loader's {slots} chunk buffers of {gib(chunk_bytes)}"
+    if order == "blocks":
+        resident = sampler.pool + max(1, sampler.pool // LIFETIME)
+        need += resident * int(getattr(sampler, "block_bytes", 0))
+        what += f" and its {resident:,} resident blocks"
+    require(what, need, avail, hint="use fewer num_workers, a smaller prefetch_factor or batch_size"
+            + (", or a smaller pool_blocks=" if order == "blocks" else ""))
+
+
 def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,
                  world_size: int, tail: Literal["pad", "drop"], pool_blocks: int | None = None,
                  block_bytes: int | None = None) -> tuple[EpochBatches | BlockBatches, str]:
@@ -295,5 +310,5 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     return sampler, order
 
 
-__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "check_uniform", "choose_order",
+__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "check_loader_memory", "check_uniform", "choose_order",
            "default_pool", "make_sampler", "supports_blocks"]

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import InputError
 from .batches import slices
-from .block_feed import BlockBatches, make_sampler
+from .block_feed import BlockBatches, check_loader_memory, make_sampler
 from .buffers import Layout
 from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, resolve_config
@@ -63,6 +63,13 @@ class BatchSource(Protocol):
         ...
 
     def resident_nbytes(self) -> int: ...
+
+
+def _sample_bytes(layout: Layout | None) -> int:
+    if layout is None:
+        return 0
+    return sum(int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dt).element_size()
+               for shape, dt in layout.values())
 
 
 def dist_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -156,6 +163,9 @@ class KlineLoader:
                                 if kw.get(k) is not None}
         self._persistent = kw.get("persistent_workers")
         self.layout = source.batch_layout
+        per_chunk = self._batches_per_chunk() if self.layout is not None else 1
+        check_loader_memory(self.order, self.batch_sampler, per_chunk * self.batch_size * _sample_bytes(self.layout),
+                            max(1, cfg["prefetch"]) * max(1, self.num_workers) + 2)
         if placement not in PLACEMENTS:
             raise InputError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
         if placement in ("device", "pinned") and self.layout is None:
@@ -324,7 +334,8 @@ class KlineLoader:
         c = self.config
         return (f"KlineLoader({len(self.source)} samples, batch_size={self.batch_size}, epoch={s.epoch}, "
                 f"position={s.position}, rank={s.rank}/{s.world_size}, device={str(self.device)!r}, "
-                f"order={self.order!r}, placement={self.placement!r}, {c['backend']} x{self.num_workers}, prefetch {c['prefetch']})")
+                f"order={self.order!r}, placement={self.placement!r}, {c['backend']} x{self.num_workers}, "
+                f"prefetch {c['prefetch']})")
 
 
 def describe_config(loader: KlineLoader) -> str:

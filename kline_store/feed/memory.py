@@ -176,5 +176,41 @@ def require(what: str, need: int, avail: Available | None = None, fraction: floa
         raise InputError(f"{what} needs {gib(need)}; {avail}{share}" + (f"; {hint}" if hint else ""))
 
 
-__all__ = ["Available", "available", "cgroup_dirs", "cgroup_limit", "gib", "mem_available", "private_bytes",
-           "require"]
+def make_cgroup(limit: int, name: str) -> tuple[Path, str] | None:
+    """A child of this process's memory cgroup limited to ``limit`` bytes (for tests and benchmarks; needs
+    permission), or None when none can be made. Move a process in with :func:`join_cgroup`."""
+    for d, ver in cgroup_dirs():
+        child = d / name
+        try:
+            child.mkdir(exist_ok=True)
+            if ver == "v2":
+                (child / "memory.max").write_text(str(int(limit)))
+                swap = child / "memory.swap.max"
+                if swap.exists():
+                    swap.write_text("0")
+            else:
+                (child / "memory.limit_in_bytes").write_text(str(int(limit)))
+            return child, ver
+        except OSError:
+            try:
+                child.rmdir()
+            except OSError:
+                pass
+    return None
+
+
+def join_cgroup(path: Path, pid: int | None = None) -> None:
+    """Move a process (default: this one) into the cgroup at ``path``."""
+    (path / "cgroup.procs").write_text(str(os.getpid() if pid is None else pid))
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove a cgroup made by :func:`make_cgroup` (its processes must have ended)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+__all__ = ["Available", "available", "cgroup_dirs", "cgroup_limit", "gib", "join_cgroup", "make_cgroup",
+           "mem_available", "private_bytes", "remove_cgroup", "require"]

@@ -333,5 +333,5 @@ def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
     return idx
 
 
-__all__ = ["BlockIndex", "attach_store", "build_blocks", "drop_rows", "CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "choose_index", "full_index_bytes",
-           "window_bounds"]
+__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "attach_store", "build_blocks",
+           "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]
