@@ -310,5 +310,5 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     return sampler, order
 
 
-__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "check_loader_memory", "check_uniform", "choose_order",
-           "default_pool", "make_sampler", "supports_blocks"]
+__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "check_loader_memory", "check_uniform",
+           "choose_order", "default_pool", "make_sampler", "supports_blocks"]
