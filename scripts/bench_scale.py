@@ -121,6 +121,7 @@ def child(args: argparse.Namespace) -> None:
                 return int(line.split()[1])
         return 0
 
+    import resource
     r0 = io_read()
     out: dict = {"order": args.order, "available": str(memory.available())}
     t0 = time.perf_counter()
@@ -134,10 +135,12 @@ def child(args: argparse.Namespace) -> None:
         r0 = io_read()
         out["n"] = len(ds)
         k, t1 = 0, time.perf_counter()
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
         for b in ld:
             k += len(b["t"])
             if time.perf_counter() - t1 > args.seconds:
                 break
+        out["major_faults"] = resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0
         out.update(windows=k, seconds=time.perf_counter() - t1, block_bytes=getattr(ld.batch_sampler,
                                                                                    "block_bytes", 0))
         out["window_bytes"] = args.window * len(ds.store.fields) * 4
@@ -232,7 +235,8 @@ def main() -> None:
             wbs = wps * r["window_bytes"]
             amp = r["disk_bytes"] / max(needed_bytes(r), 1)
             note = (f"index {r['index']}, setup {r['setup_s']:.1f} s reading "
-                    f"{r['setup_disk_bytes'] / 2**30:.2f} GiB")
+                    f"{r['setup_disk_bytes'] / 2**30:.2f} GiB; {r['major_faults']:,} major faults "
+                    f"({r['disk_bytes'] / max(r['major_faults'], 1) / 1024:,.0f} KiB read per fault)")
             if r.get("block_bytes"):
                 note += f", blocks of {r['block_bytes'] / 1024:.0f} KiB"
             print(f"| {r['order']} | {wps:,.0f} | {wbs / MiB:,.0f} | {wbs / best:.0%} | {mbs / MiB:.1f} | {amp:.2f} | "

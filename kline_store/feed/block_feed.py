@@ -228,11 +228,15 @@ class Residency:
         keep = want | set(plan.blocks(r - 1).tolist())
         drop = sorted(self.loaded - keep)
         load = [b for b in plan.blocks(r).tolist() + plan.blocks(r + 1).tolist() if b not in self.loaded]
+        now = [b for b in dict.fromkeys(plan.blocks(r).tolist()) if b not in self.loaded]
         self.loaded = (self.loaded - set(drop)) | set(load)
         if drop:
             self._put(("release", drop))
-        if load:
-            self._put(("prefetch", list(dict.fromkeys(load))))
+        if now:   # the epoch's first round, or a resume: read in large requests now, not as 4 KiB faults later
+            self._apply("prefetch", now)
+        later = [b for b in dict.fromkeys(load) if b not in set(now)]
+        if later:
+            self._put(("prefetch", later))
 
     def _put(self, job: tuple[str, list[int]]) -> None:
         if self._thread is None or not self._thread.is_alive():
@@ -248,15 +252,19 @@ class Residency:
                 return
             if job is None:
                 return
-            kind, blocks = job
-            fn = self.source.prefetch_segments if kind == "prefetch" else self.source.release_segments
-            for b in blocks:
-                if stopping.is_set():
-                    return
-                try:
-                    fn(*self._segments(b))
-                except Exception:   # advice only: a failure costs speed, never a wrong batch
-                    pass
+            if not self._apply(*job):
+                return
+
+    def _apply(self, kind: str, blocks: list[int]) -> bool:
+        fn = self.source.prefetch_segments if kind == "prefetch" else self.source.release_segments
+        for b in blocks:
+            if stopping.is_set():
+                return False
+            try:
+                fn(*self._segments(b))
+            except Exception:   # advice only: a failure costs speed, never a wrong batch
+                pass
+        return True
 
     def close(self) -> None:
         if self._thread is not None and self._thread.is_alive():
