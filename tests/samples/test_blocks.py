@@ -183,3 +183,17 @@ def test_store_bigger_than_a_cgroup_memory_limit(tmp_path):
     assert out["keeps_full"] is False and out["order"] == "blocks"
     assert out["n"] == 2001 * 256 and out["n"] + out["rest"] == out["len"]
     assert out["grew"] < limit
+
+
+def test_residency_keeps_a_bounded_set_of_blocks(store):
+    ds = ks.KlineDataset(store, window=16, index="blocks")
+    ld = ds.loader(batch_size=64, order="blocks", pool_blocks=4, block_bytes=64 << 10, num_workers=0)
+    res = ld.batch_sampler.residency
+    plan = ld.batch_sampler.plan()
+    assert plan.n_rounds > 2
+    peak = 0
+    for _ in ld:
+        peak = max(peak, len(res.loaded))
+    # the live pool, the next round's entering blocks and the last round's leaving ones, never the whole store
+    assert 0 < peak <= 4 + 2 * max(1, 4 // block_feed.LIFETIME) + 4
+    assert len(ds._index()._cache) <= 4 * plan.pool + 8
