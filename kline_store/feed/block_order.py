@@ -196,15 +196,20 @@ class RoundPlan:
         lo, hi = (c * j) // span, (c * (j + 1)) // span
         n = hi - lo
         total = int(n.sum())
-        rep = np.repeat(np.arange(len(k)), n)
-        i = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(n) - n, n) + lo[rep]
+        # In place, a few bytes an entry: rounds hold millions of windows.
+        rep = np.repeat(np.arange(len(k), dtype=np.int32), n)
+        i = np.arange(total, dtype=np.int64)
+        i -= np.repeat(np.cumsum(n) - n - lo, n)
         if self.shuffle:
-            i = (self.a[k][rep] * i + self.s[k][rep]) % np.maximum(c[rep], 1)
-        piece = self.order[k][rep]
-        pos = self.pieces.start[piece] + self.pieces.j0[piece] + i
+            i *= np.take(self.a[k], rep)
+            i += np.take(self.s[k], rep)
+            i %= np.take(np.maximum(c, 1), rep)
+        piece = self.order[k]
+        i += np.take(self.pieces.start[piece] + self.pieces.j0[piece], rep)
+        del rep
         if self.shuffle and total > 1:
-            pos = pos[_perm(total, self.seed, self.epoch, self.rank, _ROUND, r)]
-        return pos
+            i = i[_perm(total, self.seed, self.epoch, self.rank, _ROUND, r)]
+        return i
 
 
 def epoch_positions(plan: RoundPlan, n: int, rank: int, world: int,
