@@ -271,19 +271,24 @@ class Residency:
             self._q.put(None)
 
 
-def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, avail: Available | None = None
-                        ) -> None:
+def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, avail: Available | None = None,
+                        processes: bool = False) -> None:
     """One-line InputError when the loader's chunk buffers (and the block order's pool of resident blocks) need
     more than the available memory: under a cgroup limit the alternative is the OOM killer, or a process that
-    thrashes its page cache without end."""
+    thrashes its page cache without end. Worker processes are handed the epoch's chunks as one list (8 bytes a
+    window in the block order, on top of its state)."""
     need = chunk_bytes * slots
     what = f"the loader's {slots} chunk buffers of {gib(chunk_bytes)}"
+    if processes and order == "blocks":
+        need += 8 * sampler.samples_per_epoch()
+        what += " and the epoch's chunks listed for worker processes"
     if order == "blocks":
         resident = sampler.pool + max(1, sampler.pool // LIFETIME)
         need += resident * int(getattr(sampler, "block_bytes", 0))
         what += f" and its {resident:,} resident blocks"
     require(what, need, avail, hint="use fewer num_workers, a smaller prefetch_factor or batch_size"
-            + (", or a smaller pool_blocks=" if order == "blocks" else ""))
+            + (", or a smaller pool_blocks=" if order == "blocks" else "")
+            + (", or backend='threads'" if processes and order == "blocks" else ""))
 
 
 def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,

@@ -165,7 +165,8 @@ class KlineLoader:
         self.layout = source.batch_layout
         per_chunk = self._batches_per_chunk() if self.layout is not None else 1
         check_loader_memory(self.order, self.batch_sampler, per_chunk * self.batch_size * _sample_bytes(self.layout),
-                            max(1, cfg["prefetch"]) * max(1, self.num_workers) + 2)
+                            max(1, cfg["prefetch"]) * max(1, self.num_workers) + 2,
+                            processes=cfg["backend"] == "processes" and self.num_workers > 0)
         if placement not in PLACEMENTS:
             raise InputError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
         if placement in ("device", "pinned") and self.layout is None:
