@@ -16,8 +16,12 @@ Calendar windows only (``days="calendar"``, either ``missing``); symbol-day wind
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import json
 import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -333,14 +337,69 @@ def drop_rows(store: Any, a: int, b: int) -> None:
             pass
 
 
+def cache_dir() -> Path:
+    """Where segment counts are kept between processes: ``$KLINE_STORE_CACHE`` or ``~/.cache/kline-store``."""
+    return Path(os.environ.get("KLINE_STORE_CACHE") or Path.home() / ".cache" / "kline-store") / "blocks"
+
+
+def _cache_key(store: Any, plan: SamplePlan) -> str:
+    m = store.manifest
+    ident = [str(Path(store.path).resolve()), store.version, m.get("manifest_checksum"), m["data"].get("file"),
+             m["data"].get("checksum"), repr(plan), SEG_BYTES]
+    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
+
+
 def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
-    """The block index of a store; counting drops each group of rows from the page cache behind it when the store
-    is bigger than half the available memory (a pass over it must not evict everything else)."""
-    big = store.panel.nbytes > available().nbytes * FULL_INDEX_FRACTION
-    idx = BlockIndex.build(store.panel, plan, drop_pages=(lambda a, b: drop_rows(store, a, b)) if big else None)
+    """The block index of a store: segment counts from the per-user cache, else counted (one pass over the store;
+    the process that counts holds a lock, so the ranks of a node started together count once and the others load
+    its result). Counting drops each group of rows from the page cache behind it when the store is bigger than
+    half the available memory (a pass over it must not evict everything else)."""
+    path = cache_dir() / f"{_cache_key(store, plan)}.npz"
+    idx = _load(path)
+    if idx is None:
+        lock = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            idx = _load(path)
+        except OSError:
+            pass
+        try:
+            if idx is None:
+                big = store.panel.nbytes > available().nbytes * FULL_INDEX_FRACTION
+                idx = BlockIndex.build(store.panel, plan,
+                                       drop_pages=(lambda a, b: drop_rows(store, a, b)) if big else None)
+                _save(path, idx)
+        finally:
+            if lock is not None:
+                os.close(lock)
     attach_store(idx, store, plan)
     return idx
 
 
+def _load(path: Path) -> BlockIndex | None:
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return BlockIndex(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_bars"]), int(z["n_dates"]))
+    except (OSError, KeyError, ValueError):
+        return None
+
+
+def _save(path: Path, idx: BlockIndex) -> None:
+    """Atomically (a temporary file renamed over); a cache that cannot be written is no error."""
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, counts=idx.counts, t_lo=idx.t_lo, t_hi=idx.t_hi, seg_bars=idx.seg_bars,
+                     n_dates=idx.n_dates)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+
+
 __all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "attach_store", "build_blocks",
-           "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]
+           "cache_dir", "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]

@@ -23,6 +23,11 @@ from kline_store.samples import blocks as BL
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("KLINE_STORE_CACHE", str(tmp_path / "cache"))
+
+
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     return make_store(tmp_path_factory.mktemp("blk") / "s", 40, 6000, seed=3)   # 2 segments a row, gaps
@@ -46,6 +51,21 @@ def test_block_index_has_the_full_index_positions(store, opts):
     a, b = full.gather_batch(pick), blk.gather_batch(pick)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert blk._index().nbytes < full.valid_index().nbytes / 50   # O(segments), not O(windows)
+
+
+def test_segment_counts_are_counted_once_per_store_version_and_spec(store, monkeypatch):
+    a = ks.KlineDataset(store, window=16, index="blocks")
+    assert len(list(BL.cache_dir().glob("*.npz"))) == 1
+
+    def no_count(*args, **kw):
+        raise AssertionError("counted again")
+
+    monkeypatch.setattr(BL.BlockIndex, "build", no_count)
+    b = ks.KlineDataset(store, window=16, index="blocks")          # loaded: another rank, a restart
+    assert np.array_equal(a._index().counts, b._index().counts)
+    assert np.array_equal(a.gather_batch([0, 5, 99])["t"], b.gather_batch([0, 5, 99])["t"])
+    with pytest.raises(AssertionError, match="counted again"):
+        ks.KlineDataset(store, window=17, index="blocks")           # another spec: counted
 
 
 def test_block_order_delivers_the_uniform_multiset(store):
