@@ -108,6 +108,7 @@ class BlockIndex:
         self._row_stride = 0
         self._n_fields = 0
         self._lock = threading.Lock()
+        self.compute_days = True    # False beside a full index: prefetch only reads pages
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -277,7 +278,7 @@ class BlockIndex:
             aligned = start - start % _PAGE
             _madvise(aligned, hi - lo + (start - aligned), _MADV_POPULATE_READ)
         sparse = ~self.dense[s, k0:k1]
-        if sparse.any() and self._source is not None:
+        if sparse.any() and self._source is not None and self.compute_days:
             ks = k0 + np.flatnonzero(sparse)
             self._compute(s, int(ks[0]), int(ks[-1]) + 1)
 

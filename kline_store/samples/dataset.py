@@ -429,6 +429,7 @@ class KlineDataset(torch.utils.data.Dataset):
         if getattr(self, "_block_view", None) is None:
             st = self.store
             self._block_view = BlockIndex.from_full(v, self.plan, st.n_symbols, st.n_dates, st.n_fields)
+            self._block_view.compute_days = False   # positions resolve through the full index
             attach_store(self._block_view, st, self.plan)
             if self._cpu is not None:
                 self._block_view.add_mapping(self._cpu.panel_np)
