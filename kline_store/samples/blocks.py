@@ -402,5 +402,63 @@ def _save(path: Path, idx: BlockIndex) -> None:
             pass
 
 
-__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "attach_store", "build_blocks",
-           "cache_dir", "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]
+class BlockSource:
+    """What a dataset of calendar windows offers the block order (``feed/block_feed.py``), over the block index it
+    keeps, or over the segment counts of its full index. Mixed into KlineDataset, which provides ``store``,
+    ``plan``, ``_index()``, ``_cpu`` and ``_cpu_gatherer()``."""
+
+    store: Any
+    plan: SamplePlan
+    _cpu: Any
+    _index: Any            # methods of the dataset
+    _cpu_gatherer: Any
+
+    @property
+    def block_order_ok(self) -> bool:
+        return self.plan.days == "calendar"
+
+    @property
+    def keeps_full_index(self) -> bool:
+        return not isinstance(self._index(), BlockIndex)
+
+    def read_bytes(self) -> int:
+        """Bytes of the store samples read (every field of the days any sample reads: what the page cache holds)."""
+        st, p = self.store, self.plan
+        t_lo, t_hi = window_bounds(p, st.n_dates)   # O(1): the bounds, not the index
+        return st.n_symbols * max(0, t_hi + p.horizon - t_lo + p.window) * st.n_fields * 4
+
+    def full_index_bytes(self) -> int:
+        return full_index_bytes(self.store.n_symbols, self.store.n_dates, self.plan)
+
+    def _blocks(self) -> BlockIndex:
+        v = self._index()
+        if isinstance(v, BlockIndex):
+            return v
+        view = getattr(self, "_block_view", None)
+        if view is None:
+            st = self.store
+            view = BlockIndex.from_full(v, self.plan, st.n_symbols, st.n_dates, st.n_fields)
+            view.compute_days = False   # positions resolve through the full index
+            attach_store(view, st, self.plan)
+            if self._cpu is not None:
+                view.add_mapping(self._cpu.panel_np)
+            self._block_view = view
+        return view
+
+    def block_segments(self) -> tuple[np.ndarray, int]:
+        """Valid windows per segment ``[n_symbols, n_segments]`` and a segment's bytes (positions as ``self[i]``)."""
+        if not self.block_order_ok:
+            raise InputError("order='blocks' needs days='calendar' windows")
+        self._cpu_gatherer()   # first: its mapping is advised with the blocks
+        b = self._blocks()
+        return b.counts, b.seg_bars * self.store.n_fields * 4
+
+    def prefetch_segments(self, row: int, k0: int, k1: int) -> None:
+        self._blocks().prefetch(row, k0, k1)
+
+    def release_segments(self, row: int, k0: int, k1: int) -> None:
+        self._blocks().release(row, k0, k1)
+
+
+__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
+           "build_blocks", "cache_dir", "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]

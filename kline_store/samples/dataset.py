@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from . import windows as W
-from .blocks import BlockIndex, attach_store, build_blocks, choose_index, full_index_bytes, window_bounds
+from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
@@ -59,7 +59,7 @@ def position(i: int, n: int, what: str) -> int:
     return j
 
 
-class KlineDataset(torch.utils.data.Dataset):
+class KlineDataset(BlockSource, torch.utils.data.Dataset):
     """Windows of daily bars with a forward label, read zero-copy from a kline-store.
 
     Args:
@@ -403,51 +403,6 @@ class KlineDataset(torch.utils.data.Dataset):
             return g.gather(flat // nd, flat % nd, out)
 
         return gather
-
-    # -- the block order (feed/block_feed.py): stores bigger than memory --------------------------
-    @property
-    def block_order_ok(self) -> bool:
-        return self.plan.days == "calendar"
-
-    @property
-    def keeps_full_index(self) -> bool:
-        return not isinstance(self._index(), BlockIndex)
-
-    def read_bytes(self) -> int:
-        """Bytes of the store samples read (every field of the days any sample reads: what the page cache holds)."""
-        st, p = self.store, self.plan
-        t_lo, t_hi = window_bounds(p, st.n_dates)   # O(1): the bounds, not the index
-        return st.n_symbols * max(0, t_hi + p.horizon - t_lo + p.window) * st.n_fields * 4
-
-    def full_index_bytes(self) -> int:
-        return full_index_bytes(self.store.n_symbols, self.store.n_dates, self.plan)
-
-    def _blocks(self) -> BlockIndex:
-        v = self._index()
-        if isinstance(v, BlockIndex):
-            return v
-        if getattr(self, "_block_view", None) is None:
-            st = self.store
-            self._block_view = BlockIndex.from_full(v, self.plan, st.n_symbols, st.n_dates, st.n_fields)
-            self._block_view.compute_days = False   # positions resolve through the full index
-            attach_store(self._block_view, st, self.plan)
-            if self._cpu is not None:
-                self._block_view.add_mapping(self._cpu.panel_np)
-        return self._block_view
-
-    def block_segments(self) -> tuple[np.ndarray, int]:
-        """Valid windows per segment ``[n_symbols, n_segments]`` and a segment's bytes (positions as ``self[i]``)."""
-        if not self.block_order_ok:
-            raise InputError("order='blocks' needs days='calendar' windows")
-        self._cpu_gatherer()   # first: its mapping is advised with the blocks
-        b = self._blocks()
-        return b.counts, b.seg_bars * self.store.n_fields * 4
-
-    def prefetch_segments(self, row: int, k0: int, k1: int) -> None:
-        self._blocks().prefetch(row, k0, k1)
-
-    def release_segments(self, row: int, k0: int, k1: int) -> None:
-        self._blocks().release(row, k0, k1)
 
     # -- loaders ---------------------------------------------------------------------------
     def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
