@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import InputError
 from .background import stopping, track
 from .block_order import Pieces, RoundPlan, group_segments, pad_positions, rank_pieces
+from .config import local_world_size
 from .memory import Available, available, gib, require
 from .sampling import EpochBatches, check_args, index_dtype, n_batches, shard_size
 
@@ -296,7 +297,10 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
                  block_bytes: int | None = None) -> tuple[EpochBatches | BlockBatches, str]:
     """The loader's sampler for ``order`` ("auto", "uniform", "blocks"), and the order taken."""
     avail = available()
-    order = choose_order(source, order, avail)
+    order = choose_order(source, order, avail)   # the page cache is one for the machine's ranks
+    local = local_world_size()                   # what each rank holds is its own: its share of the memory
+    if local > 1:
+        avail = Available(avail.nbytes // local, f"{avail.source}, shared by {local} local ranks")
     if order == "uniform":
         n = len(source)
         check_uniform(source, n, avail)
