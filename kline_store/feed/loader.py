@@ -24,6 +24,7 @@ import torch
 
 from ..errors import InputError
 from .batches import slices
+from .block_feed import BlockBatches, check_loader_memory, make_sampler
 from .buffers import Layout
 from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, resolve_config
@@ -84,6 +85,11 @@ def agreed_version(store: Any, version: int) -> int | None:
     _OPENS[name] = _OPENS.get(name, 0) + 1
     got = kv.compare_set(f"{name}/{_OPENS[name]}", "", str(int(version)))
     return int(got)
+def _sample_bytes(layout: Layout | None) -> int:
+    if layout is None:
+        return 0
+    return sum(int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dt).element_size()
+               for shape, dt in layout.values())
 
 
 def dist_rank_world(rank: int | None, world_size: int | None) -> tuple[int, int]:
@@ -126,6 +132,14 @@ class KlineLoader:
         worker_init_fn, multiprocessing_context, timeout: as for ``DataLoader`` (worker processes only).
         in_order: must be True (the order must not depend on timing).
         pin_memory_device: accepted and ignored (the device is ``device``).
+        order: "uniform" (a permutation of every window per epoch: 4 bytes a window, for stores that fit in
+            memory), "blocks" (blocks of a symbol's bars permuted, each batch drawn from a pool of ``pool_blocks``
+            live blocks, read ahead and released: memory O(blocks), for stores bigger than memory; see
+            ``feed/block_order.py``) or "auto" (default: blocks when the bytes samples read exceed half the
+            available memory, the cgroup's limit where one is set).
+        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size)).
+        block_bytes: bytes of bars per block (default: a quarter of the available memory over the pool, 64 KiB
+            to 4 MiB).
 
     Attributes:
         batch_sampler: the :class:`~kline_store.feed.sampling.EpochBatches` holding order and position.
@@ -135,7 +149,8 @@ class KlineLoader:
     def __init__(self, source: BatchSource, batch_size: int = 256, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, num_workers: int | None = None, *, rank: int | None = None,
                  world_size: int | None = None, tail: Literal["pad", "drop"] = "pad", device: Any = None,
-                 placement: str = "auto", config: Any = None, backend: str | None = None,
+                 placement: str = "auto", config: Any = None, backend: str | None = None, order: str = "auto",
+                 pool_blocks: int | None = None, block_bytes: int | None = None,
                  **dataloader_kwargs: Any) -> None:
         unknown = sorted(set(dataloader_kwargs) - set(_DATALOADER_KWARGS))
         if unknown:
@@ -149,8 +164,9 @@ class KlineLoader:
         rank, world_size = dist_rank_world(rank, world_size)
         self.source = source
         self.batch_size = int(batch_size)
-        self.batch_sampler = EpochBatches(len(source), self.batch_size, shuffle, seed, drop_last, rank, world_size,
-                                          tail)
+        self.batch_sampler: EpochBatches | BlockBatches
+        self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
+                                                      world_size, tail, pool_blocks, block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
         self.device = self._check_device(device)
@@ -167,11 +183,19 @@ class KlineLoader:
                                 if kw.get(k) is not None}
         self._persistent = kw.get("persistent_workers")
         self.layout = source.batch_layout
+        per_chunk = self._batches_per_chunk() if self.layout is not None else 1
+        check_loader_memory(self.order, self.batch_sampler, per_chunk * self.batch_size * _sample_bytes(self.layout),
+                            max(1, cfg["prefetch"]) * max(1, self.num_workers) + 2,
+                            processes=cfg["backend"] == "processes" and self.num_workers > 0)
         if placement not in PLACEMENTS:
             raise InputError(f"placement must be one of {', '.join(PLACEMENTS)}; got {placement!r}")
         if placement in ("device", "pinned") and self.layout is None:
             raise InputError(f"placement={placement!r} needs a dataset with a panel copy (KlineDataset); "
                              f"{type(source).__name__} supports placement='memmap'")
+        if self.order == "blocks" and placement in ("device", "pinned"):
+            raise InputError(f"placement={placement!r} copies the whole panel; order='blocks' is for stores bigger "
+                             f"than memory and reads them from the memmap: use placement='memmap' (or 'auto')")
+        placement = "memmap" if self.order == "blocks" else placement
         nbytes = source.resident_nbytes() if cuda and placement == "auto" and self.layout is not None else 0
         self.placement = choose_placement(nbytes, cuda=cuda, requested=placement,
                                           device_free=device_free_bytes(self.device) if nbytes else None,
@@ -273,6 +297,9 @@ class KlineLoader:
     def close(self) -> None:
         """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
         self._host.close()
+        residency = getattr(self.batch_sampler, "residency", None)
+        if residency is not None:
+            residency.close()
 
     def __del__(self) -> None:
         try:
@@ -337,7 +364,8 @@ class KlineLoader:
         c = self.config
         return (f"KlineLoader({len(self.source)} samples, batch_size={self.batch_size}, epoch={s.epoch}, "
                 f"position={s.position}, rank={s.rank}/{s.world_size}, device={str(self.device)!r}, "
-                f"placement={self.placement!r}, {c['backend']} x{self.num_workers}, prefetch {c['prefetch']})")
+                f"order={self.order!r}, placement={self.placement!r}, {c['backend']} x{self.num_workers}, "
+                f"prefetch {c['prefetch']})")
 
 
 def describe_config(loader: KlineLoader) -> str:

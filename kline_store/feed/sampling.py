@@ -215,6 +215,9 @@ class EpochBatches:
                 isinstance(v, (float, np.floating)) and np.isfinite(v) and v == int(v)
             if not whole or v < 0 or v > 1 << 62:
                 raise InputError(f"loader state has {key}={v!r}; expected a whole number >= 0 from state_dict()")
+        if state.get("order", "uniform") != "uniform":
+            raise InputError(f"loader state is of order={state['order']!r}; this loader has order='uniform': it "
+                             f"would resume a different order; create the loader with order={state['order']!r}")
         for key in ("n", "seed", "shuffle", "rank", "world_size", "tail"):
             if key in state and state[key] != getattr(self, key):
                 raise InputError(f"loader state has {key}={state[key]!r} but this loader has "

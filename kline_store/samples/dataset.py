@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from . import windows as W
+from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
@@ -59,7 +60,7 @@ def position(i: int, n: int, what: str) -> int:
     return j
 
 
-class KlineDataset(torch.utils.data.Dataset):
+class KlineDataset(BlockSource, torch.utils.data.Dataset):
     """Windows of daily bars with a forward label, read zero-copy from a kline-store.
 
     Args:
@@ -87,6 +88,9 @@ class KlineDataset(torch.utils.data.Dataset):
         version: store version to read (default: the current one, or the open Store's).
         symbols: only these symbols' windows (names; default all). ``sample["symbol"]`` stays the index into
             ``store.symbols``.
+        index: "full" (4 bytes per window: the uniform order's index), "blocks" (4 bytes per segment of about
+            64 KiB of a row, validity computed when a block is read: for stores bigger than memory, ``days=
+            "calendar"`` only) or "auto" (full when building it takes at most half the available memory).
 
     Raises:
         InputError: unknown field, window longer than the calendar, no valid window in range, adjust without
@@ -99,7 +103,8 @@ class KlineDataset(torch.utils.data.Dataset):
                  adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
                  missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
                  days: Literal["calendar", "symbol"] = "calendar", version: int | None = None,
-                 symbols: Sequence[str] | str | None = None) -> None:
+                 symbols: Sequence[str] | str | None = None,
+                 index: Literal["auto", "full", "blocks"] = "auto") -> None:
         super().__init__()
         store = path if isinstance(path, Store) else None
         self.path = Path(store.path if store is not None else path)
@@ -112,6 +117,7 @@ class KlineDataset(torch.utils.data.Dataset):
         if self._store is None:
             self._store = open_store(self.path, version=version)
         self.version: int = self._store.version
+        self.index_mode: str = index
         self._reset()
         self._build_index()
         self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
@@ -144,6 +150,16 @@ class KlineDataset(torch.utils.data.Dataset):
         self._ring_made = False
 
     def _build_index(self) -> None:
+        st = self.store
+        mode = choose_index(self.index_mode, st.n_symbols, st.n_dates, self.plan, str(st.path))
+        if mode == "blocks":
+            idx = build_blocks(st, self.plan)
+            if self.spec.symbols is not None:   # the symbols left out have no window
+                idx.keep_rows(self._symbol_rows())
+            self._valid, self._bars = idx, None   # type: ignore[assignment]
+            if len(self._valid) == 0:
+                raise InputError(self._explain_empty())
+            return
         self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
         if self.spec.symbols is not None:
             rows = self._symbol_rows()
@@ -187,7 +203,11 @@ class KlineDataset(torch.utils.data.Dataset):
 
     # -- pickling: (path, version, spec, stats); index and mappings are rebuilt in the new process -------------
     def __getstate__(self) -> dict[str, Any]:
-        return {"path": str(self.path), "version": self.version, "spec": self.spec, "stats": self.stats}
+        state = {"path": str(self.path), "version": self.version, "spec": self.spec, "stats": self.stats}
+        if isinstance(getattr(self, "_valid", None), BlockIndex):   # workers do not count the segments again
+            state["blocks"] = self._valid.state()
+        state["index"] = getattr(self, "index_mode", "auto")
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.path = Path(state["path"])
@@ -199,6 +219,10 @@ class KlineDataset(torch.utils.data.Dataset):
         self._reset()
         self._valid = None  # type: ignore[assignment]
         self._bars = None
+        self.index_mode = state.get("index", "auto")
+        if "blocks" in state:
+            self._valid = BlockIndex.from_state(state["blocks"])   # type: ignore[assignment]
+            attach_store(self._valid, self.store, self.plan)
 
     def use_version(self, version: int) -> None:
         """Read store version ``version`` from now on (the index is rebuilt); StoreError when it is gone."""
@@ -246,9 +270,21 @@ class KlineDataset(torch.utils.data.Dataset):
     def dates(self) -> np.ndarray:
         return self.store.dates
 
+    def full_index(self) -> np.ndarray:
+        """The valid-window index, built now when this dataset keeps the O(blocks) one (``index="blocks"``); a
+        one-line InputError when it does not fit in the available memory."""
+        if isinstance(self._index(), BlockIndex):
+            st = self.store
+            choose_index("full", st.n_symbols, st.n_dates, self.plan, str(st.path))
+            cpu = self._cpu
+            self._valid, self._bars = W.valid_index(st.panel, self.plan)
+            self.index_mode = "full"
+            self._cpu = cpu
+        return self._valid
+
     def valid_index(self) -> np.ndarray:
         """Flat cell index ``symbol * n_dates + t`` of every sample, sorted (int32 where it fits, read-only)."""
-        v = self._index().view()
+        v = self.full_index().view()
         v.flags.writeable = False
         return v
 
@@ -266,6 +302,8 @@ class KlineDataset(torch.utils.data.Dataset):
     def day_span(self) -> tuple[int, int]:
         """``(d0, d1)``: calendar days ``[d0, d1)`` any sample reads (window days and label days)."""
         v = self._index()
+        if isinstance(v, BlockIndex):
+            return v.day_span(self.window, self.horizon)
         nd = self.store.n_dates
         if self._bars is not None:
             j = np.searchsorted(self._bars, v)
@@ -280,8 +318,11 @@ class KlineDataset(torch.utils.data.Dataset):
         if self._cpu is None or self._pid != os.getpid():
             st = self.store
             flat = st.map_private()   # row s of the file is symbol s (DESIGN.md)
-            # The first epoch at full speed: each row's stored days read ahead and mapped in the background.
-            readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4), st.n_dates * st.n_fields * 4)
+            if isinstance(self._index(), BlockIndex):   # bigger than memory: blocks are read as they come
+                self._index().add_mapping(flat)
+            else:   # the first epoch at full speed: each row's stored days read ahead and mapped in the background
+                readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * (st.row_stride * 4),
+                          st.n_dates * st.n_fields * 4)
             bars = torch.from_numpy(self._bars.astype(np.int64)) if self._bars is not None else None
             self._cpu = Gatherer(self.plan, torch.from_numpy(flat), st.row_stride, st.n_fields, 0, bars,
                                  self._stats_t())
@@ -410,7 +451,7 @@ class KlineDataset(torch.utils.data.Dataset):
         panel_t = host.reshape(-1).to(dev)
         bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
         g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
-        valid = torch.from_numpy(self._index()).to(dev)
+        valid = torch.from_numpy(self.full_index()).to(dev)
         nd = st.n_dates
 
         def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:

@@ -78,3 +78,20 @@ def test_val_and_valid_are_one_split(us):
     np.testing.assert_array_equal(a.valid.valid_index(), b.val.valid_index())
     with pytest.raises(InputError, match="valid= and val= are the same split"):
         make_splits(us, train=("2013", "2014"), valid=("2015", None), val=("2015", None), window=20)
+
+
+def test_a_symbol_subset_with_the_block_index(tmp_path):
+    """The O(blocks) index (issue 17) keeps only the chosen symbols' windows, as the full index does."""
+    import numpy as np
+    from helpers_dataset_ref import make_store, random_panel
+    from kline_store import KlineDataset
+    store = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 6, 300))
+    names = KlineDataset(store, window=8).symbols
+    pick = [names[1], names[4]]
+    full = KlineDataset(store, window=8, symbols=pick, index="full")
+    blocks = KlineDataset(store, window=8, symbols=pick, index="blocks")
+    assert len(full) == len(blocks) > 0
+    s, t = blocks.locate(np.arange(len(blocks)))
+    fs, ft = full.locate(np.arange(len(full)))
+    assert sorted(zip(s.tolist(), t.tolist())) == sorted(zip(fs.tolist(), ft.tolist()))
+    assert set(s.tolist()) == {1, 4}
