@@ -4,7 +4,7 @@ Rsquare, Resi.
 Each statistic is assembled from window sums of per-bar tensors (NaN filled with 0, validity as 0/1), and a
 window sum is `unfold(...).sum(-1)` over a view: every window summed afresh, no running sum that drifts, so
 a window of zeros sums to exactly 0 (Qlib's SUMP-style 0/(0+1e-12) stays 0). Second moments are taken about a
-per-symbol centre (the series' mean), which keeps the usual sum-of-squares cancellation far below float64's
+per-symbol centre (the series' first valid value, so no later bar moves a value's rounding), which keeps the usual sum-of-squares cancellation far below float64's
 resolution for prices and volumes; a window whose valid values are all equal gets variance exactly 0, as
 pandas mostly gives it (it counts repeated values), so Qlib's std guards (|std| <= 2e-5) see the same zeros.
 (pandas' running sums do leave a residue now and then: on real A-share bars, 14 of 204,295 WVMA5 cells are
@@ -49,7 +49,7 @@ def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
 
 
 class Prepared:
-    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its mean; each
+    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its first valid value; each
     part computed on first use."""
 
     def __init__(self, x: Tensor, valid: Tensor | None = None):
@@ -63,7 +63,10 @@ class Prepared:
 
     @cached_property
     def d(self) -> Tensor:
-        centre = self.raw.sum(1, keepdim=True) / self.v.sum(1, keepdim=True).clamp(min=1)
+        # The row's first valid value: a centre that no later bar changes (a mean of the whole row would let
+        # bars after t move the rounding of values at t).
+        first = self.valid.to(torch.int8).argmax(1, keepdim=True)
+        centre = torch.where(self.valid.any(1, keepdim=True), self.raw.gather(1, first), 0.0)
         return torch.where(self.valid, self.x - centre, 0)
 
     def extreme(self, n: int, largest: bool) -> Tensor:
