@@ -109,7 +109,7 @@ def child(args: argparse.Namespace) -> None:
     import torch  # noqa: F401   (imported before joining the cgroup: the interpreter's own memory is not the loader's)
     import kline_store as ks
     from kline_store.errors import InputError
-    from kline_store.feed import memory
+    from kline_store import memory
     from kline_store.samples import dataset  # noqa: F401
 
     memory.join_cgroup(Path(args.cgroup))   # what the imports took is not charged; the loader's memory is
@@ -179,7 +179,7 @@ def main() -> None:
     if args.child:
         child(args)
         return
-    from kline_store.feed import memory
+    from kline_store import memory
     from kline_store.measure.synthetic import make_store
 
     limit = size(args.memory_limit)

@@ -12,7 +12,7 @@ import kline_store
 PACKAGE = Path(kline_store.__file__).parent
 
 # The top level: shared bottom modules, and what users import from the package itself.
-SHARED = ["errors", "progress"]
+SHARED = ["errors", "progress", "memory"]
 TOP = ["lightning", "__init__"]
 
 # Wings and the wings each may import (besides SHARED). The data flow, file to GPU:
@@ -33,7 +33,7 @@ LAYERS = {
     "store": ["safefs", "manifest", "lock", "timeaxis", "periods", "frames", "sessions", "snapshot", "writer", "__init__"],
     "ingest": ["columns", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "readers", "validate", "bars", "barsize", "calnote",
                "panel", "report", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
-    "feed": ["background", "sampling", "memory", "block_order", "batches", "buffers", "placement", "config",
+    "feed": ["background", "sampling", "block_order", "batches", "buffers", "placement", "config",
              "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
     "samples": ["ranges", "spec", "windows", "blocks", "transforms", "gather", "dataset", "cross_section", "splits",
                 "feature_windows", "__init__"],

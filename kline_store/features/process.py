@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..memory import available
 from ..progress import silenced
 from ..store import lock, manifest as mf, writer as W
 from ..store.snapshot import Store, open_store
@@ -100,16 +101,6 @@ def _needed_bytes(st: Store) -> int:
     return st.n_symbols * st.n_dates * st.n_fields * 4 * 5     # the panel, its copies and float64 columns
 
 
-def _available() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 1 << 62
-
-
 def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLIB_INFER, learn=QLIB_LEARN, *,
                      fit_start=None, fit_end=None, replace: bool = False, wait: float = 0.0,
                      quiet: bool = True) -> ProcessReport:
@@ -142,9 +133,11 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
     lo, hi = _day(fit_start, st, 0, "fit_start"), _day(fit_end, st, st.n_dates - 1, "fit_end")
     if hi < lo:
         raise InputError(f"fit_start={fit_start!r}, fit_end={fit_end!r}: no date of {st.path} in that range")
-    if _needed_bytes(st) > 0.8 * _available():
+    free = available()
+    if _needed_bytes(st) > 0.8 * free.nbytes:
         raise InputError(f"{st.path}: processing holds the panel in memory ({_needed_bytes(st) / 2**30:.1f} GiB "
-                         f"needed, {_available() / 2**30:.1f} GiB available); process a symbol subset")
+                         f"needed, {free.nbytes / 2**30:.1f} GiB available by {free.source}); process a symbol "
+                         "subset")
     out = Path(out)
     if out.resolve() == st.path.resolve() or st.path.resolve() in out.resolve().parents:
         raise InputError(f"{out}: inside the source store {st.path}; write the processed store elsewhere")

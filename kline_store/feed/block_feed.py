@@ -18,7 +18,7 @@ from ..errors import InputError
 from .background import stopping, track
 from .block_order import Pieces, RoundPlan, group_segments, pad_positions, rank_pieces
 from .config import local_world_size
-from .memory import Available, available, gib, require
+from ..memory import Available, available, gib, require
 from .sampling import EpochBatches, check_args, index_dtype, n_batches, shard_size
 
 ORDERS = ("auto", "uniform", "blocks")

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from .background import stopping, track
+from ..memory import mem_available
 from ..errors import InputError
 
 PLACEMENTS = ("auto", "device", "pinned", "memmap")
@@ -77,17 +78,7 @@ def choose_placement(nbytes: int, *, cuda: bool, requested: str = "auto", device
 
 def host_available_bytes() -> int:
     """Available host memory (``MemAvailable``), or physical memory when /proc is not there."""
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        return 0
+    return mem_available()
 
 
 def device_free_bytes(device: Any) -> int | None:

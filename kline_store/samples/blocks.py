@@ -28,7 +28,7 @@ import numpy as np
 
 from . import windows as W
 from ..errors import InputError
-from ..feed.memory import Available, available, gib
+from ..memory import Available, available, gib
 from ..feed.placement import _madvise
 from .spec import SamplePlan
 

@@ -16,7 +16,8 @@ import torch
 
 import kline_store as ks
 from kline_store.errors import InputError
-from kline_store.feed import block_feed, memory
+from kline_store import memory
+from kline_store.feed import block_feed
 from kline_store.measure.synthetic import make_store
 from kline_store.samples import blocks as BL
 
@@ -156,7 +157,7 @@ _CHILD = textwrap.dedent("""
     import numpy as np, torch
     import kline_store as ks
     from kline_store.errors import InputError
-    from kline_store.feed import memory
+    from kline_store import memory
     store, cg = sys.argv[1], sys.argv[2]
     st = ks.open_store(store, verify=False)
     memory.join_cgroup(__import__("pathlib").Path(cg))      # from here on, what we allocate is charged

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from .errors import InputError
 
 _NO_LIMIT = 1 << 60   # cgroup v1 writes 9223372036854771712 for "no limit"
 
