@@ -129,14 +129,6 @@ def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) 
     return out
 
 
-def _check_target(base: Path, out: Path) -> None:
-    b, o = base.resolve(), out.resolve()
-    if o == b or b in o.parents:
-        raise InputError(f"{out}: inside the source store {base}; write the features store elsewhere")
-    if (out.exists() or out.is_symlink()) and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a directory")
-
-
 def _meta(st: Store, plan: FeaturePlan) -> dict:
     return {**plan.manifest(), "source": {"path": str(st.path.resolve()), "version": st.version,
                                           "generation": int(st.manifest["data"]["generation"]),
@@ -203,23 +195,11 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={out!r}: expected a store directory path")
     out = Path(out)
-    _check_target(st.path, out)
-    with silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
-        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
-        if has_store and not replace:
-            raise InputError(f"{out}: a store is already there; `kline-store features {out} --update` brings "
-                             f"it up to date, --replace (replace=True) recomputes it")
-        if not has_store and not W.only_leftovers(out):
-            if held.made_file:
-                held.remove()
-            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
-        try:
-            W.prepare(out)
-            m, missing = _write_full(out, st, plan, dev, block_symbols, None)
-        except BaseException:
-            W.clean_failed_write(out, held, first=not has_store)
-            raise
-        W.clean_staging(out)
+    safefs.outside_store(st.path, out)
+    instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
+               "recomputes it")
+    with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
+        m, missing = _write_full(out, st, plan, dev, block_symbols, None)
         W.collect(out, m)
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
                          time.perf_counter() - t0, str(dev), missing, m["version"])

@@ -25,7 +25,7 @@ import torch
 from ..errors import InputError
 from ..memory import available
 from ..progress import silenced
-from ..store import lock, manifest as mf, writer as W
+from ..store import manifest as mf, safefs, writer as W
 from ..store.snapshot import Store, open_store
 from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
 from .plan import META_KEY, field_lookahead, plan_from_manifest
@@ -139,8 +139,7 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
                          f"needed, {free.nbytes / 2**30:.1f} GiB available by {free.source}); process a symbol "
                          "subset")
     out = Path(out)
-    if out.resolve() == st.path.resolve() or st.path.resolve() in out.resolve().parents:
-        raise InputError(f"{out}: inside the source store {st.path}; write the processed store elsewhere")
+    safefs.outside_store(st.path, out)
     shifts = [field_lookahead(st.manifest, f) for f in names]
     x, present = _read_panel(st, shifts)
     train = torch.zeros(st.n_dates, dtype=torch.bool)
@@ -193,36 +192,22 @@ def _to_store_layout(y: torch.Tensor, shifts: list[int]) -> np.ndarray:
 
 
 def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, wait: float, quiet: bool) -> None:
-    if (out.exists() or out.is_symlink()) and not out.is_dir():
-        raise InputError(f"{out}: exists and is not a directory")
-    with silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
-        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
-        if has_store and not replace:
-            raise InputError(f"{out}: a store is already there; pass replace=True (--replace) to rewrite it")
-        if not has_store and not W.only_leftovers(out):
-            if held.made_file:
-                held.remove()
-            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
+    with silenced(quiet), W.whole_store(out, wait=wait, replace=replace,
+                                        instead="pass replace=True (--replace) to rewrite it"):
+        version, generation, created = W.next_numbers(out)
+        data = W.write_panel(out, generation + 1, panel, st.date_capacity)
+        extra = {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source")
+                 if st.manifest.get(k) is not None}
+        m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
+                             fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
+                             last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
+                             sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
+                             extra={**extra, META_KEY: meta})
         try:
-            W.prepare(out)
-            version, generation, created = W.next_numbers(out)
-            data = W.write_panel(out, generation + 1, panel, st.date_capacity)
-            extra = {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source")
-                     if st.manifest.get(k) is not None}
-            m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
-                                 fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
-                                 last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
-                                 sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
-                                 extra={**extra, META_KEY: meta})
-            try:
-                m = W.commit(out, m)
-            except BaseException:
-                W.discard_uncommitted(out, data["file"])
-                raise
+            m = W.commit(out, m)
         except BaseException:
-            W.clean_failed_write(out, held, first=not has_store)
+            W.discard_uncommitted(out, data["file"])
             raise
-        W.clean_staging(out)
         W.collect(out, m)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import dataclasses
 
 from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, panel as P, qlib_store as Q
-from ..store import lock, manifest as mf, timeaxis as TA
+from ..store import timeaxis as TA
 from .. import progress
 from ..store import writer as W
 from .bars import build_calendar, calendar_positions, choose_axis, read_bars
@@ -97,27 +97,15 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     files = [] if qlib else expand_inputs(list(inputs), exclude)   # folders and globs walked once, before the lock
     if symbol is not None:
         symbol_pattern = fixed_symbol(symbol, files, symbol_pattern)
-    with progress.silenced(quiet), lock.WriterLock(out, wait=wait, create=True) as held:
-        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
-        if has_store and not replace:
-            raise InputError(f"{out}: a store is already there; `kline-store append` adds new data to it, "
-                             f"`ingest --replace` (replace=True) rebuilds it from these inputs alone")
-        if not has_store and not W.only_leftovers(out):
-            if held.made_file:
-                held.remove()   # a folder that is not ours keeps nothing of this refusal
-            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
-        try:
-            W.prepare(out)
-            if qlib is not None:
-                built = Q.build_store(qlib, out, capacity)
-            else:
-                result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                                (freq, sessions, stamp, D.check_timezone(timezone)),
-                                dict(na=tuple(na or ()), skip_bad=skip_bad))
-        except BaseException:
-            W.clean_failed_write(out, held, first=not has_store)
-            raise
-        W.clean_staging(out)
+    instead = ("`kline-store append` adds new data to it, `ingest --replace` (replace=True) rebuilds it from "
+               "these inputs alone")
+    with progress.silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
+        if qlib is not None:
+            built = Q.build_store(qlib, out, capacity)
+        else:
+            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
+                            (freq, sessions, stamp, D.check_timezone(timezone)),
+                            dict(na=tuple(na or ()), skip_bad=skip_bad))
         W.collect(out, built.manifest if qlib is not None else result[-1])
     if qlib is not None:
         return built.report(out, time.perf_counter() - t0)

@@ -10,11 +10,12 @@ copies of versions that were never committed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -318,6 +319,34 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
             clean_staging(store_dir)
         collect(store_dir, m)
     return store_dir
+
+
+@contextlib.contextmanager
+def whole_store(out: Path, *, wait: float = 0.0, replace: bool = False, instead: str = "") -> Iterator[Path]:
+    """Write a whole store at ``out`` under the writer lock (ingest, features, processing).
+
+    Refuses an existing store without ``replace`` (``instead`` says what to do), and a folder that holds
+    anything but a store or our leftovers; prepares it (a killed writer's staging cleaned). On failure, removes
+    what the write left (a first write: everything, the lock file and the folders it made); on success, the
+    staging folder. The body writes, commits and collects.
+    """
+    if (out.exists() or out.is_symlink()) and not out.is_dir():
+        raise InputError(f"{out}: exists and is not a directory")
+    with lock.WriterLock(out, wait=wait, create=True) as held:
+        has_store = (out / mf.MANIFEST).exists() or (out / mf.MANIFEST).is_symlink()
+        if has_store and not replace:
+            raise InputError(f"{out}: a store is already there; {instead or 'pass replace=True to rewrite it'}")
+        if not has_store and not only_leftovers(out):
+            if held.made_file:
+                held.remove()   # a folder that is not ours keeps nothing of this refusal
+            raise InputError(f"{out}: folder is not empty and holds no store; refusing to overwrite it")
+        try:
+            prepare(out)
+            yield out
+        except BaseException:
+            clean_failed_write(out, held, first=not has_store)
+            raise
+        clean_staging(out)
 
 
 def only_leftovers(folder: Path) -> bool:

@@ -157,7 +157,7 @@ def test_cli_features_and_its_errors(history, tmp_path):
         (["features", str(base), "-o", str(out), "--expr", "MA5=Mean($close, 5)"], 1, "already there"),
         (["features", str(base), "-o", str(tmp_path / "g"), "--expr", "X=Foo($close)"], 1, "unknown operator"),
         (["features", str(base), "-o", str(tmp_path / "g"), "--set", "nope"], 1, "known sets"),
-        (["features", str(base), "-o", str(base / "inside")], 1, "inside the source store"),
+        (["features", str(base), "-o", str(base / "inside")], 1, "is inside the store"),
         (["features", str(out), "--update", "-o", str(tmp_path / "h")], 2, "--update"),
         (["features", str(base), "--update"], 1, "not a features store"),
     ]:
