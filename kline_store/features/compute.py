@@ -277,21 +277,12 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     cap = m["shape"]["date_capacity"]
     stride, cell = cap * nf * 4, nf * 4
     d0 = max(0, t_old - plan.max_lookahead - (plan.max_lookback or 0))   # history the new cells need
-    ranges = [(r * stride + t_old * cell, (t_new - t_old) * cell) for r in range(n_old)] if t_new > t_old else []
-    ranges += [(r * stride, t_new * cell) for r in range(n_old, n_rows)]
-    path = out / m["data"]["file"]
+    ranges = W.tail_ranges(stride, cell, n_old, n_rows, t_old, t_new)
     crcs = np.concatenate([np.asarray(m["data"]["row_crc32"][:n_old], dtype=np.uint32),
                            np.zeros(n_rows - n_old, dtype=np.uint32)])
-    need = sum(length for _, length in ranges)
-    with safefs.guard(out, f"append to {path.name}", need):
-        fd = safefs.open_entry(path, os.O_RDWR)
     bar = Progress(n_rows, "computing", unit="symbols")
     try:
-        size0 = os.fstat(fd).st_size
-        try:
-            if size0 < n_rows * stride:
-                os.ftruncate(fd, n_rows * stride)
-            safefs.reserve(fd, ranges)
+        with W.tail_append(out, out / m["data"]["file"], n_rows * stride, ranges, crash="features:tail") as fd:
             for r0, r1, start in ((0, n_old, d0), (n_old, n_rows, 0)):
                 u0 = t_old if start else 0
                 if r1 <= r0 or u0 >= t_new:
@@ -299,23 +290,13 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
                 rows = block or block_rows(t_new - start, plan)
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
-                    vals = evaluate_block(st, sl, start, plan, index, device)
-                    cells = place_cells(vals, start, u0, t_new, plan)
+                    cells = place_cells(evaluate_block(st, sl, start, plan, index, device), start, u0, t_new, plan)
                     for i in range(cells.shape[0]):
                         safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
                     crcs[sl] = mf.row_crcs(cells, crcs[sl])
                     bar.step(cells.shape[0])
-            W.crashpoint("features:tail-written")
-            os.fsync(fd)
-        except BaseException as exc:
-            if os.fstat(fd).st_size > size0:
-                os.ftruncate(fd, size0)
-            if isinstance(exc, OSError):
-                raise safefs.os_error(exc, out, f"append to {path.name}", need) from None
-            raise
     finally:
         bar.close()
-        os.close(fd)
     data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
                 checksum=mf.file_checksum(crcs))
     new = W.build_manifest(version=m["version"] + 1, data=data, symbols=st.symbols, dates=st.dates,

@@ -30,7 +30,7 @@ from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames
 from ..store import lock, manifest as mf, safefs, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar
-from ..errors import InputError, StoreError
+from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
 from .report import IngestReport
 from ..store.snapshot import Store, open_store
@@ -267,33 +267,9 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
     fresh = bars.subset(new)
     place = P.Placement.of(plan.sym[new], plan.pos[new], n_rows)
-    ranges = [(r * stride + n_old * cell, (n_new - n_old) * cell) for r in range(n_old_rows)]
-    ranges += [(r * stride, n_new * cell) for r in range(n_old_rows, n_rows)]
-    need = sum(length for _, length in ranges)
-    path = old.data_file
-    with safefs.guard(store_dir, f"append to {path.name}", need):
-        fd = safefs.open_entry(path, os.O_RDWR)
-    try:
-        if (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (os.fstat(old._fd).st_dev, os.fstat(old._fd).st_ino):
-            raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
-        size0 = os.fstat(fd).st_size
-        try:
-            if size0 < n_rows * stride:
-                os.ftruncate(fd, n_rows * stride)          # sparse: new rows cost nothing until written
-            W.crashpoint("tail:grown")
-            safefs.reserve(fd, ranges)
-            W.crashpoint("tail:cleared")
-            crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
-            W.crashpoint("tail:written")
-            os.fsync(fd)                      # data is durable before the manifest that shows it
-        except BaseException as exc:
-            if os.fstat(fd).st_size > size0:
-                os.ftruncate(fd, size0)       # no committed version sees beyond it: back as it was
-            if isinstance(exc, OSError):
-                raise safefs.os_error(exc, store_dir, f"append to {path.name}", need) from None
-            raise
-    finally:
-        os.close(fd)
+    ranges = W.tail_ranges(stride, cell, n_old_rows, n_rows, n_old, n_new)
+    with W.tail_append(store_dir, old.data_file, n_rows * stride, ranges, pinned=old._fd) as fd:
+        crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
     none = np.iinfo(np.int64).max
     fresh_first = np.full(n_rows, none)
     np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])

@@ -349,6 +349,46 @@ def whole_store(out: Path, *, wait: float = 0.0, replace: bool = False, instead:
         clean_staging(out)
 
 
+def tail_ranges(stride: int, cell: int, n_old_rows: int, n_rows: int, n_old: int, n_new: int) -> list[tuple[int, int]]:
+    """Byte ranges a tail append writes: the new days of the old rows, then whole new rows."""
+    ranges = [(r * stride + n_old * cell, (n_new - n_old) * cell) for r in range(n_old_rows)] if n_new > n_old else []
+    return ranges + [(r * stride, n_new * cell) for r in range(n_old_rows, n_rows)]
+
+
+@contextlib.contextmanager
+def tail_append(store_dir: Path, path: Path, size: int, ranges: list[tuple[int, int]], pinned: int | None = None,
+                crash: str = "tail") -> Iterator[int]:
+    """The data file open for writing where no committed version looks (hold the lock): grown to ``size`` bytes
+    (sparse), ``ranges`` reserved; the body pwrites; then fsync, so the data is durable before the manifest that
+    shows it. On failure the file is cut back to its size (no version sees beyond it) and an OS error is one
+    line. ``pinned``: a descriptor of the file the caller read, which must still be this one."""
+    need = sum(length for _, length in ranges)
+    with safefs.guard(store_dir, f"append to {path.name}", need):
+        fd = safefs.open_entry(path, os.O_RDWR)
+    try:
+        if pinned is not None and \
+                (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (os.fstat(pinned).st_dev, os.fstat(pinned).st_ino):
+            raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
+        size0 = os.fstat(fd).st_size
+        try:
+            if size0 < size:
+                os.ftruncate(fd, size)          # sparse: new rows cost nothing until written
+            crashpoint(f"{crash}:grown")
+            safefs.reserve(fd, ranges)
+            crashpoint(f"{crash}:cleared")
+            yield fd
+            crashpoint(f"{crash}:written")
+            os.fsync(fd)
+        except BaseException as exc:
+            if os.fstat(fd).st_size > size0:
+                os.ftruncate(fd, size0)
+            if isinstance(exc, OSError):
+                raise safefs.os_error(exc, store_dir, f"append to {path.name}", need) from None
+            raise
+    finally:
+        os.close(fd)
+
+
 def only_leftovers(folder: Path) -> bool:
     """True when a folder holds nothing but what a killed or failed first ingest of ours can leave."""
     for p in folder.iterdir():
