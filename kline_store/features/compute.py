@@ -135,9 +135,13 @@ def _meta(st: Store, plan: FeaturePlan) -> dict:
                                           "n_symbols": st.n_symbols, "n_dates": st.n_dates}}
 
 
+def time_axis(st: Store) -> dict:
+    """What a derived store keeps of its source's manifest: bar size, sessions, calendar source."""
+    return {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source") if st.manifest.get(k) is not None}
+
+
 def _extra(st: Store, plan: FeaturePlan) -> dict:
-    keep = ("freq", "sessions", "calendar_source")
-    return {**{k: st.manifest[k] for k in keep if st.manifest.get(k) is not None}, META_KEY: _meta(st, plan)}
+    return {**time_axis(st), META_KEY: _meta(st, plan)}
 
 
 def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, block: int | None,

@@ -27,6 +27,7 @@ from ..memory import available
 from ..progress import silenced
 from ..store import manifest as mf, safefs, writer as W
 from ..store.snapshot import Store, open_store
+from .compute import time_axis
 from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
 from .plan import META_KEY, field_lookahead, plan_from_manifest
 from .processors import CSRankNorm, CSZScoreNorm, DropnaLabel, DropnaProcessor, Fillna, ProcessInf, Processor
@@ -196,13 +197,11 @@ def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, w
                                         instead="pass replace=True (--replace) to rewrite it"):
         version, generation, created = W.next_numbers(out)
         data = W.write_panel(out, generation + 1, panel, st.date_capacity)
-        extra = {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source")
-                 if st.manifest.get(k) is not None}
         m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
                              fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
                              last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
                              sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
-                             extra={**extra, META_KEY: meta})
+                             extra={**time_axis(st), META_KEY: meta})
         try:
             m = W.commit(out, m)
         except BaseException:
