@@ -104,8 +104,8 @@ def spans(st: Store, d0: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
                    device: torch.device) -> np.ndarray:
-    """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, [rows, days, fields]
-    float32, each at the day it describes (not yet shifted)."""
+    """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
+    [fields, rows, days] float32, each at the day it describes (not yet shifted)."""
     block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
     values = {name: torch.from_numpy(np.ascontiguousarray(block[:, :, k])).to(device)
               for name, k in index.items()}
@@ -114,19 +114,20 @@ def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: di
     first, last = spans(st, d0)
     ev = evaluate({f.name: f.node for f in plan.fields}, values, torch.from_numpy(first[rows]),
                   torch.from_numpy(last[rows]))
-    return ev.values.cpu().numpy()
+    return ev.values.permute(2, 0, 1).cpu().numpy()   # evaluate's own layout: no copy
 
 
 def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
-    """Stored cells ``u0 .. u1`` (calendar indices) from values computed for days ``d0 ..``: a field that looks
-    ``a`` bars ahead is stored at the day ``a`` bars after the one it describes (NaN before that)."""
-    out = np.full((vals.shape[0], u1 - u0, vals.shape[2]), np.nan, dtype=np.float32)
+    """Stored cells ``u0 .. u1`` (calendar indices) as [rows, days, fields] from expression-major values
+    computed for days ``d0 ..``: a field that looks ``a`` bars ahead is stored at the day ``a`` bars after
+    the one it describes (NaN before that). Copied field by field, contiguously, then transposed once."""
+    out = np.empty((vals.shape[0], vals.shape[1], u1 - u0), dtype=np.float32)
     for k, f in enumerate(plan.fields):
-        lo = max(u0, d0 + f.lookahead)                 # first cell whose described day was computed
+        lo = min(u1, max(u0, d0 + f.lookahead))        # first cell whose described day was computed
+        out[k, :, : lo - u0] = np.nan
         if lo < u1:
-            src = slice(lo - f.lookahead - d0, u1 - f.lookahead - d0)
-            out[:, lo - u0:, k] = vals[:, src, k]
-    return out
+            out[k, :, lo - u0:] = vals[k, :, lo - f.lookahead - d0: u1 - f.lookahead - d0]
+    return np.ascontiguousarray(out.transpose(1, 2, 0))
 
 
 def _meta(st: Store, plan: FeaturePlan) -> dict:

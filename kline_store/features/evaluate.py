@@ -31,7 +31,7 @@ Expr = Union[str, Node]
 
 @dataclass(frozen=True)
 class Evaluation:
-    values: Tensor  # float32 [S, T, n_expr]
+    values: Tensor  # float32 [S, T, n_expr]: a view of an expression-major [n_expr, S, T] tensor
     names: tuple[str, ...]
     missing_fields: frozenset[str]  # fields the expressions read that `values` lacked: read as NaN, as Qlib
     n_computed: int  # distinct operator nodes evaluated (each once, however often the expressions share it)
@@ -95,9 +95,14 @@ def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
     return order, uses
 
 
+# Operators whose result is NaN wherever an operand is NaN (so outside the span, where every operand is
+# NaN): their output needs no mask. Comparisons, And/Or, If and Power (x ** 0 is 1) do not propagate NaN.
+_NAN_IN_NAN_OUT = frozenset({"Add", "Sub", "Mul", "Div", "Abs", "Log", "Sign", "Greater", "Less"})
+
+
 def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor], first: Tensor, last: Tensor,
               wanted: frozenset[str], out: Tensor) -> None:
-    """All expressions on some symbols, into out [S, T, n_expr]."""
+    """All expressions on some symbols, into out [n_expr, S, T]."""
     sample = next(iter(values.values()))
     span = Span(first.to(device=sample.device, dtype=torch.int64),
                 last.to(device=sample.device, dtype=torch.int64), sample.shape[1])
@@ -109,17 +114,23 @@ def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor]
     for k, root in enumerate(roots):
         slots.setdefault(root, []).append(k)
         if not isinstance(root, Call):  # a bare $field or number
-            out[..., k] = cache[root] if isinstance(root, Field) else mask(torch.full_like(sample, root.value), span)
+            out[k] = cache[root] if isinstance(root, Field) else mask(torch.full_like(sample, root.value), span)
     _, uses = _order(roots)
     for node in order:
         args = [a.value if isinstance(a, Const) else cache[a] for a in node.args]
-        cache[node] = mask(apply(node.op, args, node.params, span), span)
+        value = apply(node.op, args, node.params, span)
+        if not (node.op in _NAN_IN_NAN_OUT and isinstance(value, Tensor) and value.is_floating_point()
+                and any(isinstance(a, Tensor) for a in args)):
+            value = mask(value, span)
+        cache[node] = value
         for k in slots.get(node, ()):
-            out[..., k] = cache[node]
-        for child in node.args:  # free operands no later node needs
+            out[k] = value
+        for child in node.args:  # free operands no later node needs, and what the memo keeps of them
             uses[child] -= 1
-            if uses[child] == 0 and isinstance(child, Call):
-                del cache[child]
+            if uses[child] == 0 and child in cache:
+                span.memo.pop(id(cache[child]), None)
+                if isinstance(child, Call):
+                    del cache[child]
         if uses[node] == 0:  # a root no other node reads: it is in `out` already
             del cache[node]
 
@@ -149,12 +160,13 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
     sample = next(iter(values.values()))
     wanted = frozenset().union(*(fields_of(r) for r in roots))
     missing = frozenset(f for f in wanted if f not in values)
-    out = torch.empty((n_sym, n_bars, len(roots)), dtype=torch.float32, device=sample.device)
+    # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
+    out = torch.empty((len(roots), n_sym, n_bars), dtype=torch.float32, device=sample.device)
     order, _ = _order(roots)
     step = symbols_per_pass or max(1, n_sym)
     for s0 in range(0, n_sym, step):
         rows = slice(s0, min(n_sym, s0 + step))
         part = {name: v[rows] for name, v in values.items()}
-        _one_pass(roots, order, part, first[rows], last[rows], wanted, out[rows])
-    return Evaluation(out, tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
+        _one_pass(roots, order, part, first[rows], last[rows], wanted, out[:, rows])
+    return Evaluation(out.permute(1, 2, 0), tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
                       tuple(lookahead(r) for r in roots))

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import pad
 
-from .window import Span
+from .window import Span, shared
 
 _NAN = float("nan")
 
@@ -33,14 +33,9 @@ def wsum(z: Tensor, n: int) -> Tensor:
     return pad(z, (n - 1, 0)).unfold(1, n, 1).sum(-1)
 
 
-def wcount(v: Tensor, n: int) -> Tensor:
-    """Window sum of 0/1 values: running-sum differences, exact for integers in float64."""
-    c = pad(v.cumsum(1), (1, 0))
-    return c[:, 1:] - pad(c, (n - 1, 0))[:, : v.shape[1]] if n < v.shape[1] else c[:, 1:]
-
-
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
-    """Maximum (or minimum) of z over the n bars ending at each bar."""
+    """Maximum (or minimum) of z over the n bars ending at each bar. (A van Herk running-extreme version was
+    measured slower: torch's cummax is several times slower than amax over an unfolded view.)"""
     if n >= z.shape[1]:
         return (z.cummax(1) if largest else z.cummin(1)).values
     fill = float("-inf") if largest else float("inf")
@@ -48,18 +43,43 @@ def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
     return win.amax(-1) if largest else win.amin(-1)
 
 
+def wcount(v: Tensor, n: int) -> Tensor:
+    """Window sum of 0/1 values: running-sum differences, exact for integers in float64."""
+    c = pad(v.cumsum(1), (1, 0))
+    return c[:, 1:] - pad(c, (n - 1, 0))[:, : v.shape[1]] if n < v.shape[1] else c[:, 1:]
+
+
 class Prepared:
-    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its first valid value; each
-    part computed on first use."""
+    """A series readied for window sums: float64 values, validity, NaN -> 0, centred about its first valid
+    value; each part computed on first use and kept, per window length, for the other operators that read
+    the same series in this pass (see ``prepared``)."""
 
     def __init__(self, x: Tensor, valid: Tensor | None = None):
         self.x = x.to(torch.float64)
         self.valid = ~torch.isnan(self.x) if valid is None else valid
         self.v = self.valid.to(torch.float64)
         self.raw = torch.where(self.valid, self.x, 0)
+        self._kept: dict[tuple, Tensor] = {}
+
+    def _keep(self, key: tuple, make) -> Tensor:
+        if key not in self._kept:
+            self._kept[key] = make()
+        return self._kept[key]
 
     def count(self, n: int) -> Tensor:
-        return wcount(self.v, n)
+        return self._keep(("count", n), lambda: wcount(self.v, n))
+
+    def s_raw(self, n: int) -> Tensor:
+        return self._keep(("raw", n), lambda: wsum(self.raw, n))
+
+    def s1(self, n: int) -> Tensor:
+        return self._keep(("s1", n), lambda: wsum(self.d, n))
+
+    def s2(self, n: int) -> Tensor:
+        return self._keep(("s2", n), lambda: wsum(self.dd, n))
+
+    def var(self, n: int) -> Tensor:
+        return self._keep(("var", n), lambda: _var(self, n))
 
     @cached_property
     def d(self) -> Tensor:
@@ -69,13 +89,25 @@ class Prepared:
         centre = torch.where(self.valid.any(1, keepdim=True), self.raw.gather(1, first), 0.0)
         return torch.where(self.valid, self.x - centre, 0)
 
+    @cached_property
+    def dd(self) -> Tensor:
+        return self.d * self.d
+
     def extreme(self, n: int, largest: bool) -> Tensor:
-        fill = float("-inf") if largest else float("inf")
-        return wmax(torch.where(self.valid, self.x, fill), n, largest)
+        def make() -> Tensor:
+            fill = float("-inf") if largest else float("inf")
+            return wmax(torch.where(self.valid, self.x, fill), n, largest)
+        return self._keep(("extreme", n, largest), make)
 
     def flat(self, n: int) -> Tensor:
         """Windows whose valid values are all equal."""
-        return self.extreme(n, True) == self.extreme(n, False)
+        return self._keep(("flat", n), lambda: self.extreme(n, True) == self.extreme(n, False))
+
+
+def prepared(x: Tensor, span: Span) -> Prepared:
+    """x's Prepared, one per operand in the span's pass: Mean, Std, Max, Corr, Slope ... of one series share
+    its window sums and extremes."""
+    return shared(span, x, ("prepared",), lambda: Prepared(x))
 
 
 def _n(n: int, span: Span) -> int:
@@ -83,28 +115,28 @@ def _n(n: int, span: Span) -> int:
 
 
 def m_count(x: Tensor, n: int, span: Span) -> Tensor:
-    return Prepared(x).count(_n(n, span))
+    return prepared(x, span).count(_n(n, span))
 
 
 def m_sum(x: Tensor, n: int, span: Span) -> Tensor:
-    p, n = Prepared(x), _n(n, span)
-    return torch.where(p.count(n) > 0, wsum(p.raw, n), _NAN)
+    p, n = prepared(x, span), _n(n, span)
+    return torch.where(p.count(n) > 0, p.s_raw(n), _NAN)
 
 
 def m_mean(x: Tensor, n: int, span: Span) -> Tensor:
-    p, n = Prepared(x), _n(n, span)
-    return wsum(p.raw, n) / p.count(n)
+    p, n = prepared(x, span), _n(n, span)
+    return p.s_raw(n) / p.count(n)
 
 
 def _var(p: Prepared, n: int) -> Tensor:
-    cnt, s1, s2 = p.count(n), wsum(p.d, n), wsum(p.d * p.d, n)
+    cnt, s1, s2 = p.count(n), p.s1(n), p.s2(n)
     var = ((s2 - s1 * s1 / cnt) / (cnt - 1)).clamp(min=0)
     var = torch.where(p.flat(n), 0.0, var)
     return torch.where(cnt >= 2, var, _NAN)
 
 
 def m_var(x: Tensor, n: int, span: Span) -> Tensor:
-    return _var(Prepared(x), _n(n, span))
+    return prepared(x, span).var(_n(n, span))
 
 
 def m_std(x: Tensor, n: int, span: Span) -> Tensor:
@@ -112,39 +144,51 @@ def m_std(x: Tensor, n: int, span: Span) -> Tensor:
 
 
 def m_max(x: Tensor, n: int, span: Span) -> Tensor:
-    p, n = Prepared(x), _n(n, span)
+    p, n = prepared(x, span), _n(n, span)
     return torch.where(p.count(n) > 0, p.extreme(n, True), _NAN)
 
 
 def m_min(x: Tensor, n: int, span: Span) -> Tensor:
-    p, n = Prepared(x), _n(n, span)
+    p, n = prepared(x, span), _n(n, span)
     return torch.where(p.count(n) > 0, p.extreme(n, False), _NAN)
 
 
-def _pair(a: Tensor, b: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _paired(a: Tensor, b: Tensor, span: Span) -> tuple[Prepared, Prepared, Tensor]:
+    """a and b prepared over the rows where both are valid (each its own Prepared when those are its rows),
+    and the co-products of their centred values; once per pair in a pass (CORR5 .. CORR60 share them)."""
+    def make():
+        x, y = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
+        both = ~(torch.isnan(x) | torch.isnan(y))
+        pa = prepared(a, span) if a.shape == x.shape and torch.equal(prepared(a, span).valid, both) \
+            else Prepared(x, both)
+        pb = prepared(b, span) if b.shape == y.shape and torch.equal(prepared(b, span).valid, both) \
+            else Prepared(y, both)
+        return pa, pb, pa.d * pb.d, b  # b held: its id stays its own while the memo keeps this
+    return shared(span, a, ("pair", id(b)), make)[:3]
+
+
+def _pair(a: Tensor, b: Tensor, n: int, span: Span) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """count, co-moment and the two second moments over the rows where both are valid."""
-    a, b = torch.broadcast_tensors(a.to(torch.float64), b.to(torch.float64))
-    both = ~(torch.isnan(a) | torch.isnan(b))
-    pa, pb = Prepared(a, both), Prepared(b, both)
+    pa, pb, dab = _paired(a, b, span)
     cnt = pa.count(n)
-    sa, sb = wsum(pa.d, n), wsum(pb.d, n)
-    sab = wsum(pa.d * pb.d, n) - sa * sb / cnt
-    saa = (wsum(pa.d * pa.d, n) - sa * sa / cnt).clamp(min=0)
-    sbb = (wsum(pb.d * pb.d, n) - sb * sb / cnt).clamp(min=0)
+    sa, sb = pa.s1(n), pb.s1(n)
+    sab = wsum(dab, n) - sa * sb / cnt
+    saa = (pa.s2(n) - sa * sa / cnt).clamp(min=0)
+    sbb = (pb.s2(n) - sb * sb / cnt).clamp(min=0)
     saa = torch.where(pa.flat(n), 0.0, saa)
     sbb = torch.where(pb.flat(n), 0.0, sbb)
     return cnt, sab, saa, sbb
 
 
 def m_cov(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
-    cnt, sab, _saa, _sbb = _pair(a, b, _n(n, span))
+    cnt, sab, _saa, _sbb = _pair(a, b, _n(n, span), span)
     return torch.where(cnt >= 2, sab / (cnt - 1), _NAN)
 
 
 def m_corr(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
     """pandas' pairwise corr (NaN where a variance is 0), then Qlib's guard on each input's own rolling std."""
     n = _n(n, span)
-    cnt, sab, saa, sbb = _pair(a, b, n)
+    cnt, sab, saa, sbb = _pair(a, b, n, span)
     out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
     out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
     flat = (m_std(a, n, span) <= 2e-5) | (m_std(b, n, span) <= 2e-5)
@@ -161,19 +205,23 @@ class _Fit(NamedTuple):
     p: Prepared
 
 
-def _fit(x: Tensor, n: int) -> _Fit:
+def _fit(x: Tensor, n: int, span: Span) -> _Fit:
+    """_fit_of(x, n), once for the Slope, Rsquare and Resi of one series and window."""
+    return shared(span, x, ("fit", n), lambda: _fit_of(prepared(x, span), n))
+
+
+def _fit_of(p: Prepared, n: int) -> _Fit:
     """Least squares of the window's valid values on x = 1..n (newest at n, NaN slots keep their place, as
     Qlib's rolling.pyx). Positions are summed as bar indices about the block's middle and re-centred per
     window: slope, r^2 and residual do not depend on where x starts."""
-    p = Prepared(x)
-    t = torch.arange(x.shape[1], device=x.device, dtype=torch.float64)
+    t = torch.arange(p.x.shape[1], device=p.x.device, dtype=torch.float64)
     pos = t - t.mean()
     cnt = p.count(n)
     sx = wsum(p.v * pos, n)
-    sy = wsum(p.d, n)
+    sy = p.s1(n)
     sxx = wsum(p.v * pos * pos, n) - sx * sx / cnt
     sxy = wsum(p.d * pos, n) - sx * sy / cnt
-    syy = (wsum(p.d * p.d, n) - sy * sy / cnt).clamp(min=0)
+    syy = (p.s2(n) - sy * sy / cnt).clamp(min=0)
     flat = p.flat(n)  # all valid values equal: exactly no co-variation (else rounding residue / 0 = inf)
     syy = torch.where(flat, 0.0, syy)
     sxy = torch.where(flat, 0.0, sxy)
@@ -182,14 +230,14 @@ def _fit(x: Tensor, n: int) -> _Fit:
 
 
 def m_slope(x: Tensor, n: int, span: Span) -> Tensor:
-    f = _fit(x, _n(n, span))
+    f = _fit(x, _n(n, span), span)
     return torch.where(f.cnt >= 2, f.sxy / f.sxx, _NAN)
 
 
 def m_resi(x: Tensor, n: int, span: Span) -> Tensor:
     """The newest row's residual y_n - (slope * n + intercept); NaN when the newest row is NaN."""
     n = _n(n, span)
-    f = _fit(x, n)
+    f = _fit(x, n, span)
     fitted = f.mean_y + f.sxy / f.sxx * (n - f.mean_x)
     out = torch.where(f.p.valid, f.p.d - fitted, _NAN)
     return torch.where(f.cnt >= 2, out, _NAN)
@@ -197,7 +245,7 @@ def m_resi(x: Tensor, n: int, span: Span) -> Tensor:
 
 def m_rsquare(x: Tensor, n: int, span: Span) -> Tensor:
     """r^2 = sxy^2 / (sxx syy); for N > 0 Qlib blanks windows whose rolling std is within 2e-5 of 0."""
-    f = _fit(x, _n(n, span))
+    f = _fit(x, _n(n, span), span)
     out = torch.where(f.cnt >= 2, f.sxy * f.sxy / (f.sxx * f.syy), _NAN)
     if n > 0:
         out = torch.where(m_std(x, n, span) <= 2e-5, _NAN, out)

@@ -31,6 +31,12 @@ def _f64(x: Tensor) -> Tensor:
     return x.to(torch.float64)
 
 
+def _exact(x: Tensor) -> Tensor:
+    """x as a float tensor holding exactly x's values: float32 kept (order statistics, comparisons and
+    positions of float32 values are those of their float64 values, at half the bytes), others float64."""
+    return x if x.dtype in (torch.float32, torch.float64) else _f64(x)
+
+
 def _moments(w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """valid mask, count and mean of the valid values of windows w [S, B, N]."""
     valid = ~torch.isnan(w)
@@ -77,7 +83,7 @@ def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
     k = min(n, (math.ceil((1 - q) * (n - 1)) if largest else math.floor(q * (n - 1))) + 2)
     fill = float("-inf") if largest else float("inf")
 
-    x = _f64(x)
+    x = _exact(x)
     nan = torch.isnan(x)
     counts = wcount((~nan).to(torch.float64), n)
     key = torch.where(nan, fill, x)  # invalid rows sort past every valid one
@@ -90,8 +96,8 @@ def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
         hi = torch.minimum(lo + 1, (count - 1).clamp(min=0))
         if largest:  # rank r from the bottom is index count-1-r from the top
             lo, hi = (count - 1 - lo).clamp(min=0), (count - 1 - hi).clamp(min=0)
-        v_lo = top.gather(-1, lo[..., None])[..., 0]
-        v_hi = top.gather(-1, hi[..., None])[..., 0]
+        v_lo = top.gather(-1, lo[..., None])[..., 0].to(torch.float64)
+        v_hi = top.gather(-1, hi[..., None])[..., 0].to(torch.float64)
         frac = pos - pos.floor()
         out = torch.where(frac > 0, v_lo + (v_hi - v_lo) * frac, v_lo)
         return torch.where(count > 0, out, _NAN)
@@ -112,15 +118,15 @@ def r_mad(x: Tensor, n: int, span: Span) -> Tensor:
 
 def r_rank(x: Tensor, n: int, span: Span) -> Tensor:
     """pandas rolling rank(pct=True): average rank of the newest value among the valid ones, / count.
-    (Comparisons with NaN are false, so NaN rows count neither as less nor as equal.)"""
+    less + (equal + 1) / 2 = (count + sum(sign(newest - w))) / 2 + 1 / 2, with sign(NaN) = 0 so that NaN rows
+    count neither as less nor as equal (the sign of a float difference is exact: it is 0 only for equals)."""
     n = _n(n, span)
-    x = _f64(x)
+    x = _exact(x)
     count = wcount((~torch.isnan(x)).to(torch.float64), n)
 
     def f(w, _age):
-        newest = w[..., -1:]
-        return (w < newest).sum(-1) + ((w == newest).sum(-1) + 1) / 2
-    out = rolling(f, [x], n, span) / count
+        return torch.sign(w[..., -1:] - w).sum(-1)  # integers, exact in float32 up to 2**24
+    out = ((count + rolling(f, [x], n, span).to(torch.float64)) / 2 + 0.5) / count
     return torch.where(torch.isnan(x), _NAN, out)
 
 
@@ -130,7 +136,7 @@ def _idx(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
     window as Qlib's series has it, which near the first bar is shorter than N. Rows outside the span get
     the value that never wins. (A real +-inf in the data ties with NaN here, where numpy prefers the NaN.)"""
     n = _n(n, span)
-    x = _f64(x)
+    x = _exact(x)
     nan = torch.isnan(x)
     win, lose = (float("inf"), float("-inf")) if largest else (float("-inf"), float("inf"))
     key = torch.where(span.present, torch.where(nan, win, x), lose)

@@ -9,9 +9,9 @@ how many rows the truncated window really holds.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -27,6 +27,9 @@ class Span:
     first: Tensor  # int64 [S]
     last: Tensor  # int64 [S]
     n_bars: int
+    # Per-pass memo of what several operators derive from one operand (its window sums, extremes, fit):
+    # id(operand) -> (operand, {key: value}); the operand is held so that its id cannot be reused.
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     @cached_property
     def present(self) -> Tensor:
@@ -45,6 +48,19 @@ class Span:
         val = x.gather(1, idx[:, None])
         inside = (self.first >= 0) & (self.first < self.n_bars)
         return torch.where(inside[:, None], val, torch.full_like(val, float("nan"))).expand_as(x)
+
+
+def shared(span: Span, x: Tensor, key: tuple, make: Callable[[], Any]) -> Any:
+    """make(), computed once per operand x and key in this pass (STD20 and CORR20 of $close share its sums)."""
+    _x, kept = span.memo.setdefault(id(x), (x, {}))
+    if key not in kept:
+        kept[key] = make()
+    return kept[key]
+
+
+def forget(span: Span, x: Tensor) -> None:
+    """Drop what the memo keeps for x: evaluate calls it when no later node reads x."""
+    span.memo.pop(id(x), None)
 
 
 def mask(x: Tensor, span: Span) -> Tensor:

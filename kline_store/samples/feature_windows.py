@@ -107,7 +107,7 @@ class FeatureWindows(torch.utils.data.Dataset):
         values = {name: x[:, :, k] for name, k in self.inputs.items()}
         first = torch.zeros(n, dtype=torch.int64)          # every bar of the window is finite: its series began
         last = torch.full((n,), length - 1, dtype=torch.int64)
-        feats = evaluate({f.name: f.node for f in self.plan.fields}, values, first, last).values[:, self.extra:]
+        feats = evaluate({f.name: f.node for f in self.plan.fields}, values, first, last).values[:, self.extra:].contiguous()
         batch = {k: v for k, v in raw.items() if k not in ("x", "observed")}
         batch["x"] = feats
         if out is None:
