@@ -88,9 +88,10 @@ def _sources(st: Store, plan: FeaturePlan) -> tuple[dict[str, int], list[str]]:
 
 
 def block_rows(n_dates: int, plan: FeaturePlan, budget: int = BLOCK_BYTES) -> int:
-    """Symbols per block: each needs its outputs (float64 while computed, float32 written) and a few dozen
-    live intermediates per bar."""
-    per_symbol = max(1, n_dates) * (len(plan.fields) * 16 + 48 * 8)
+    """Symbols per block: each needs its outputs (float32 computed, float32 placed for writing) and the live
+    intermediates per bar: operands and what the pass keeps of them for other operators (window sums,
+    extremes, fits of each window length; measured about 250 float64 on Alpha158)."""
+    per_symbol = max(1, n_dates) * (len(plan.fields) * 8 + 256 * 8)
     return max(1, budget // per_symbol)
 
 
@@ -120,14 +121,14 @@ def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: di
 def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
     """Stored cells ``u0 .. u1`` (calendar indices) as [rows, days, fields] from expression-major values
     computed for days ``d0 ..``: a field that looks ``a`` bars ahead is stored at the day ``a`` bars after
-    the one it describes (NaN before that). Copied field by field, contiguously, then transposed once."""
-    out = np.empty((vals.shape[0], vals.shape[1], u1 - u0), dtype=np.float32)
+    the one it describes (NaN before that). Field by field into the stored layout: no second full copy."""
+    out = np.empty((vals.shape[1], u1 - u0, vals.shape[0]), dtype=np.float32)
     for k, f in enumerate(plan.fields):
         lo = min(u1, max(u0, d0 + f.lookahead))        # first cell whose described day was computed
-        out[k, :, : lo - u0] = np.nan
+        out[:, : lo - u0, k] = np.nan
         if lo < u1:
-            out[k, :, lo - u0:] = vals[k, :, lo - f.lookahead - d0: u1 - f.lookahead - d0]
-    return np.ascontiguousarray(out.transpose(1, 2, 0))
+            out[:, lo - u0:, k] = vals[k, :, lo - f.lookahead - d0: u1 - f.lookahead - d0]
+    return out
 
 
 def _meta(st: Store, plan: FeaturePlan) -> dict:
