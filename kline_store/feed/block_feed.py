@@ -2,7 +2,10 @@
 residency of its blocks (read ahead a round early, released a round late, in a background thread).
 
 A source supports the block order when it has ``block_segments() -> (counts [rows, segments], segment bytes)``,
-``prefetch_segments(row, k0, k1)`` and ``release_segments(row, k0, k1)`` (KlineDataset with calendar windows).
+``prefetch_segments(row, k0, k1)`` and ``release_segments(row, k0, k1)``: KlineDataset with calendar windows (a
+block: a run of one symbol row's windows), CrossSectionDataset (one row of segments of dates; a block: a run of days
+across the symbols). ``block_defaults(batch_size) -> (pool, largest block bytes)``, when a source has it, replaces
+``default_pool`` and ``MAX_BLOCK_BYTES``.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def choose_order(source: Any, requested: str, avail: Available | None = None) ->
     if requested not in ORDERS:
         raise InputError(f"order={requested!r}: expected one of {', '.join(ORDERS)}")
     if requested == "blocks" and not supports_blocks(source):
-        raise InputError(f"order='blocks' needs a dataset of calendar windows (KlineDataset, days='calendar'); "
-                         f"{type(source).__name__} supports order='uniform'")
+        raise InputError(f"order='blocks' needs a dataset of calendar windows (KlineDataset or CrossSectionDataset, "
+                         f"days='calendar'); {type(source).__name__} supports order='uniform'")
     if requested != "auto":
         return requested
     if not supports_blocks(source):
@@ -308,11 +311,13 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
             source.full_index()
         return EpochBatches(n, batch_size, shuffle, seed, drop_last, rank, world_size, tail), order
     seg_counts, seg_bytes = source.block_segments()
-    pool = default_pool(batch_size) if pool_blocks is None else int(pool_blocks)
+    defaults = getattr(source, "block_defaults", None)
+    own_pool, max_block = defaults(batch_size) if callable(defaults) else (default_pool(batch_size), MAX_BLOCK_BYTES)
+    pool = own_pool if pool_blocks is None else int(pool_blocks)
     resident = pool + max(1, pool // LIFETIME)   # blocks live at once, and the next round's entering ones
     if block_bytes is None:
         budget = avail.nbytes * POOL_FRACTION
-        block_bytes = int(min(MAX_BLOCK_BYTES, max(seg_bytes, budget // max(1, resident))))
+        block_bytes = int(min(max_block, max(seg_bytes, budget // max(1, resident))))
     per_block = max(1, int(block_bytes) // seg_bytes)
     require(f"order='blocks' with a pool of {pool:,} blocks of {gib(per_block * seg_bytes)}",
             resident * per_block * seg_bytes, avail, POOL_FRACTION * 2,

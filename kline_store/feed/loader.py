@@ -133,13 +133,14 @@ class KlineLoader:
         in_order: must be True (the order must not depend on timing).
         pin_memory_device: accepted and ignored (the device is ``device``).
         order: "uniform" (a permutation of every window per epoch: 4 bytes a window, for stores that fit in
-            memory), "blocks" (blocks of a symbol's bars permuted, each batch drawn from a pool of ``pool_blocks``
-            live blocks, read ahead and released: memory O(blocks), for stores bigger than memory; see
-            ``feed/block_order.py``) or "auto" (default: blocks when the bytes samples read exceed half the
-            available memory, the cgroup's limit where one is set).
-        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size)).
+            memory), "blocks" (blocks of a symbol's bars, or of consecutive dates for a CrossSectionDataset,
+            permuted, each batch drawn from a pool of ``pool_blocks`` live blocks, read ahead and released: memory
+            O(blocks), for stores bigger than memory; see ``feed/block_order.py``) or "auto" (default: blocks
+            when the bytes samples read exceed half the available memory, the cgroup's limit where one is set).
+        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size); for a
+            CrossSectionDataset, whose blocks are runs of dates across the symbols, max(64, 8 x batch_size)).
         block_bytes: bytes of bars per block (default: a quarter of the available memory over the pool, 64 KiB
-            to 4 MiB).
+            to 4 MiB; for a CrossSectionDataset from one segment of days to 4 MiB of each symbol row).
 
     Attributes:
         batch_sampler: the :class:`~kline_store.feed.sampling.EpochBatches` holding order and position.
