@@ -168,6 +168,7 @@ class KlineLoader:
         self.batch_sampler: EpochBatches | BlockBatches
         self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
                                                       world_size, tail, pool_blocks, block_bytes)
+        self._sampler_args = (shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
         self.device = self._check_device(device)
@@ -352,13 +353,29 @@ class KlineLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved state: the next iteration yields exactly the remaining batches of that epoch.
-        A state taken on another store version is refused in one line (its order indexes other samples)."""
+        A state taken on another store version is refused in one line (its order indexes other samples). In the
+        block order, blocks sized from the available memory (no ``block_bytes=``) take the saved run's size."""
         version = getattr(self.source, "version", None)
         if isinstance(state, dict) and state.get("version") is not None and version is not None \
                 and state["version"] != version:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
+        size = state.get("block_bytes") if isinstance(state, dict) and state.get("order") == "blocks" else None
+        if self.order == "blocks" and size and self._sampler_args[-1] is None \
+                and size != getattr(self.batch_sampler, "block_bytes", size):
+            self._resample(int(size))
         self.batch_sampler.load_state_dict(state)
+
+    def _resample(self, block_bytes: int) -> None:
+        """The block order again with blocks of ``block_bytes`` (those of the run a state was saved in)."""
+        shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, _ = self._sampler_args
+        old = self.batch_sampler
+        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, shuffle, seed, drop_last, rank,
+                                             world_size, tail, pool_blocks, block_bytes)
+        if getattr(old, "residency", None) is not None:
+            old.residency.close()
+        self._orders = OrderAhead(self.batch_sampler)
+        self._orders.start(self.batch_sampler.epoch)
 
     def __repr__(self) -> str:
         s = self.batch_sampler

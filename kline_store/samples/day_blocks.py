@@ -30,7 +30,8 @@ from .pages import advise_drop, advise_read, mapping_base, mark_random
 from .spec import SamplePlan
 
 SEG_ROW_BYTES = 4 << 10       # days per segment: about this many bytes of each row (blocks are whole segments)
-CACHE_SEGMENTS = 1 << 14      # computed segments kept at most (their live blocks release them first)
+CACHE_BYTES = 256 << 20       # computed segments kept at most (live blocks release theirs first; a worker process
+                              # that gathers without them keeps this much): 1/192 of the bars they cover, 6 fields
 MIN_POOL = 64                 # default pool: max(MIN_POOL, 8 x batch size) blocks (a block holds every symbol)
 _SCAN_BYTES = 64 << 20        # bars read at a time when every segment is computed (``all_days``)
 
@@ -87,6 +88,7 @@ class DayBlocks:
         self.cum = np.r_[0, np.cumsum(self.counts, dtype=np.int64)].astype(np.int64)
         self.n_segments = len(self.counts)
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # k -> (days int32, bits uint8 [days, rows/8])
+        self._cached_bytes = 0
         self._source: Any = None                                   # (panel, plan) to compute segments from
         self._maps: list[np.ndarray] = []
         self._fd: int | None = None
@@ -224,10 +226,18 @@ class DayBlocks:
             out[k] = ((a + j).astype(np.int32), np.packbits(valid[:, j].T, axis=1))
         if keep:
             with self._lock:
-                self._cache.update(out)
-                while len(self._cache) > CACHE_SEGMENTS:
-                    self._cache.pop(next(iter(self._cache)))
+                for k, v in out.items():
+                    self._forget(k)
+                    self._cache[k] = v
+                    self._cached_bytes += v[0].nbytes + v[1].nbytes
+                while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
+                    self._forget(next(iter(self._cache)))
         return out
+
+    def _forget(self, k: int) -> None:
+        v = self._cache.pop(k, None)
+        if v is not None:
+            self._cached_bytes -= v[0].nbytes + v[1].nbytes
 
     # -- residency ------------------------------------------------------------------------
     def _ranges(self, k0: int, k1: int, halo: bool) -> list[tuple[int, int]]:
@@ -254,7 +264,7 @@ class DayBlocks:
         days, whole pages inside them: the halo belongs to the neighbours)."""
         with self._lock:
             for k in range(k0, k1):
-                self._cache.pop(k, None)
+                self._forget(k)
         advise_drop(self._maps, self._fd, self._ranges(k0, k1, False))
 
 
@@ -348,5 +358,5 @@ class DayBlockSource:
         self._day_blocks().release(k0, k1)
 
 
-__all__ = ["CACHE_SEGMENTS", "MIN_POOL", "SEG_ROW_BYTES", "DayBlockSource", "DayBlocks", "build_day_blocks",
+__all__ = ["CACHE_BYTES", "MIN_POOL", "SEG_ROW_BYTES", "DayBlockSource", "DayBlocks", "build_day_blocks",
            "choose_day_index", "day_table_bytes", "seg_days_for"]

@@ -230,18 +230,26 @@ def test_refusals_are_one_line(store, monkeypatch):
         CrossSectionDataset(store, window=8, index="blocks").loader(order="blocks", placement="pinned")
 
 
-def test_residency_keeps_a_bounded_set_of_blocks(pair):
+def test_residency_keeps_a_bounded_set_of_blocks(pair, monkeypatch):
     xs = CrossSectionDataset(pair[1].windows, min_count=3)   # a fresh one: nothing computed yet
     assert not xs.keeps_full_index
+    seg = xs._xs.segment(0)
+    cap = 6 * (seg[0].nbytes + seg[1].nbytes)
+    monkeypatch.setattr(DB, "CACHE_BYTES", cap)              # computed segments kept, whatever the timing
     ld = xs.loader(batch_size=3, order="blocks", pool_blocks=4, block_bytes=1, num_workers=0)
     res, plan = ld.batch_sampler.residency, ld.batch_sampler.plan()
     assert plan.n_rounds > 2
     peak = cached = 0
     for _ in ld:
         peak = max(peak, len(res.loaded))
-        cached = max(cached, len(xs._xs._cache))
+        cached = max(cached, xs._xs._cached_bytes)
+    # the live pool, the next round's entering blocks and the last round's leaving ones, never the whole store
     assert 0 < peak <= 4 + 2 * max(1, 4 // block_feed.LIFETIME) + 4
-    assert cached <= peak + 4
+    assert cached <= cap + seg[0].nbytes + seg[1].nbytes
+    res.close()
+    res._thread.join(timeout=60)
+    # what is left computed is the last round's blocks (released a round late: when the next epoch starts)
+    assert set(xs._xs._cache) <= res.loaded and len(res.loaded) <= 4 + max(1, 4 // block_feed.LIFETIME)
 
 
 def test_a_dataset_of_another_store_with_holes_in_every_field(tmp_path):
@@ -253,3 +261,26 @@ def test_a_dataset_of_another_store_with_holes_in_every_field(tmp_path):
     assert np.array_equal(blk.days, full.days)
     a = day_keys(blk.loader(batch_size=3, order="blocks", pool_blocks=2, block_bytes=1, seed=4))
     assert sorted(a) == sorted(day_keys(full.loader(batch_size=3, order="uniform")))
+
+
+def test_a_resumed_loader_takes_the_saved_block_size(pair, monkeypatch):
+    """Blocks are sized from the available memory, which differs between a run and its restart: the state records
+    the size and the restarted loader takes it, so the order resumes exactly; a different size given is refused."""
+    xs = pair[1]
+    seg = xs.block_segments()[1]
+    monkeypatch.setattr(block_feed, "available", lambda: memory.Available(250_000, "test"))
+    ld = xs.loader(batch_size=4, order="blocks", pool_blocks=4, seed=2, num_workers=0)
+    assert ld.batch_sampler.block_bytes == 3 * seg
+    whole = positions(ld)
+    ld.batch_sampler.advance(40)
+    state = ld.state_dict()
+    assert state["block_bytes"] == 3 * seg
+    monkeypatch.setattr(block_feed, "available", lambda: memory.Available(500_000, "test"))
+    again = xs.loader(batch_size=4, order="blocks", pool_blocks=4, seed=2, num_workers=0)
+    assert again.batch_sampler.block_bytes == 6 * seg
+    again.load_state_dict(state)
+    assert again.batch_sampler.block_bytes == 3 * seg and np.array_equal(positions(again), whole[40:])
+    given = xs.loader(batch_size=4, order="blocks", pool_blocks=4, seed=2, block_bytes=6 * seg)
+    with pytest.raises(InputError) as e:
+        given.load_state_dict(state)
+    assert "\n" not in str(e.value) and f"block_bytes={3 * seg}" in str(e.value)
