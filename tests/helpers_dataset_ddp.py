@@ -5,6 +5,8 @@ Usage: python -m torch.distributed.run ... helpers_dataset_ddp.py STORE OUT_DIR 
 PHASE "full": the whole epoch; "head": the first STEPS batches, then the loader state is saved as a checkpoint
 would; "tail": a restarted job loads that state and runs the rest of the epoch; "race": END is a file that
 rank 0 appends to the store after it opened it and before rank 1 opens it (the ranks then agree on one version).
+"bhead" and "btail": the same in the block order, for windows (blocks sized from each rank's memory) and for
+cross-sections (blocks of DAYS dates), and "btail" runs epoch 1 after the rest of epoch 0.
 Files are keyed by global rank.
 """
 
@@ -18,13 +20,62 @@ import torch
 import torch.distributed as dist
 
 from kline_store import append, open_store
+from kline_store.feed.block_feed import agreed_blocks
+from kline_store.samples import day_blocks
+from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
+
+DAYS = 5   # dates per segment of the cross-sections' day blocks
+
+
+def block_loaders(store: str, end: str) -> dict:
+    """The block order over windows (blocks sized from the memory, agreed by the ranks) and over cross-sections
+    (a block a segment of DAYS dates), each with a pool of 2 blocks."""
+    ds = KlineDataset(store, window=10, horizon=2, end=end, index="blocks")
+    day_blocks.SEG_ROW_BYTES = DAYS * 4 * ds.store.n_fields
+    xs = CrossSectionDataset(ds)
+    return {"win": ds.loader(batch_size=8, seed=3, order="blocks", pool_blocks=2),
+            "xs": xs.loader(batch_size=2, seed=3, order="blocks", pool_blocks=2, block_bytes=1)}
+
+
+def keys(batch: dict) -> list:
+    if "mask" in batch:   # a cross-section: its day
+        return [int(t) for t in batch["t"]]
+    return [[int(s), int(t)] for s, t in zip(batch["symbol"], batch["t"])]
+
+
+def blocks(out_dir: Path, store: str, end: str, phase: str, steps: int, rank: int) -> None:
+    loaders = block_loaders(store, end)
+    seen: dict = {k: [[]] for k in loaders}
+    for kind, ld in loaders.items():
+        if phase == "btail":
+            ld.load_state_dict(json.loads((out_dir / f"bstate-{rank}.json").read_text())[kind])
+        for epoch in range(1 if phase == "bhead" else 2):
+            for i, batch in enumerate(ld):
+                n = torch.tensor([len(batch["t"])])
+                dist.all_reduce(n)   # a collective per step: uneven step counts would hang here
+                seen[kind][-1] += keys(batch)
+                if phase == "bhead" and i + 1 == steps:
+                    break
+            seen[kind].append([])
+        seen[kind].pop()
+    states = {k: ld.state_dict() for k, ld in loaders.items()}
+    if phase == "bhead":
+        (out_dir / f"bstate-{rank}.json").write_text(json.dumps(states))
+    record = {"rank": rank, "world": dist.get_world_size(), "seen": seen, "state": states,
+              "agreed": agreed_blocks("kline-test/blocks", 10 + rank)}   # each rank proposes its own
+    (out_dir / f"{phase}-{rank}.json").write_text(json.dumps(record))
 
 
 def main(store: str, out: str, end: str, phase: str, steps: str = "0") -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     out_dir = Path(out)
+    if phase in ("bhead", "btail"):
+        blocks(out_dir, store, end, phase, int(steps), rank)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if phase == "race":
         current = open_store(store, verify=False).version     # the version a rank opening now would read
         ds = KlineDataset(store, window=10, horizon=2) if rank == 0 else None

@@ -2,7 +2,10 @@
 residency of its blocks (read ahead a round early, released a round late, in a background thread).
 
 A source supports the block order when it has ``block_segments() -> (counts [rows, segments], segment bytes)``,
-``prefetch_segments(row, k0, k1)`` and ``release_segments(row, k0, k1)`` (KlineDataset with calendar windows).
+``prefetch_segments(row, k0, k1)`` and ``release_segments(row, k0, k1)``: KlineDataset with calendar windows (a
+block: a run of one symbol row's windows), CrossSectionDataset (one row of segments of dates; a block: a run of days
+across the symbols). ``block_defaults(batch_size) -> (pool, largest block bytes)``, when a source has it, replaces
+``default_pool`` and ``MAX_BLOCK_BYTES``.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
+import torch
 
 from ..errors import InputError
 from .background import stopping, track
@@ -43,8 +47,8 @@ def choose_order(source: Any, requested: str, avail: Available | None = None) ->
     if requested not in ORDERS:
         raise InputError(f"order={requested!r}: expected one of {', '.join(ORDERS)}")
     if requested == "blocks" and not supports_blocks(source):
-        raise InputError(f"order='blocks' needs a dataset of calendar windows (KlineDataset, days='calendar'); "
-                         f"{type(source).__name__} supports order='uniform'")
+        raise InputError(f"order='blocks' needs a dataset of calendar windows (KlineDataset or CrossSectionDataset, "
+                         f"days='calendar'); {type(source).__name__} supports order='uniform'")
     if requested != "auto":
         return requested
     if not supports_blocks(source):
@@ -95,6 +99,7 @@ class BlockBatches:
         self.drop_last, self.rank, self.world_size, self.tail = drop_last, rank, world_size, tail
         self.pool, self.lifetime, self.n_blocks = int(pool), int(lifetime), len(counts)
         self.residency = residency
+        self.block_bytes = 0          # bars per block, when the loader sized them (its state records them)
         self.pieces: Pieces = rank_pieces(counts, seed, rank, world_size, shuffle)
         self.epoch = 0
         self.position = 0
@@ -183,7 +188,7 @@ class BlockBatches:
         return {"epoch": self.epoch, "seed": self.seed, "position": self.position, "n": self.n,
                 "shuffle": self.shuffle, "rank": self.rank, "world_size": self.world_size, "tail": self.tail,
                 "batch_size": self.batch_size, "drop_last": self.drop_last, "order": "blocks", "pool": self.pool,
-                "lifetime": self.lifetime, "n_blocks": self.n_blocks}
+                "lifetime": self.lifetime, "n_blocks": self.n_blocks, "block_bytes": self.block_bytes}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; InputError when it describes a different order."""
@@ -193,8 +198,9 @@ class BlockBatches:
         missing = [k for k in ("epoch", "position") if k not in state]
         if missing:
             raise InputError(f"loader state lacks {', '.join(missing)}; expected a dict from state_dict()")
-        for key in ("n", "seed", "shuffle", "rank", "world_size", "tail", "pool", "lifetime", "n_blocks"):
-            if key in state and state[key] != getattr(self, key):
+        for key in ("n", "seed", "shuffle", "rank", "world_size", "tail", "pool", "lifetime", "block_bytes",
+                    "n_blocks"):
+            if key in state and state[key] != getattr(self, key) and (key != "block_bytes" or self.block_bytes):
                 raise InputError(f"loader state has {key}={state[key]!r} but this loader has "
                                  f"{key}={getattr(self, key)!r}: it would resume a different order; create the "
                                  f"loader with the same dataset and arguments")
@@ -292,10 +298,31 @@ def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, 
             + (", or backend='threads'" if processes and order == "blocks" else ""))
 
 
+_AGREED: dict[str, int] = {}   # block-order loaders sized in this process, per source shape: one sequence per rank
+
+
+def agreed_blocks(name: str, per_block: int) -> int:
+    """Segments per block every rank of the default process group takes: the first rank to ask decides (a
+    compare-and-set in the group's key-value store, so no rank waits), the k-th loader of a shape on each rank
+    agreeing with the k-th on the others. Each rank sizes blocks from its own available memory, which differs
+    between nodes and from moment to moment; blocks cut differently would make the ranks' shares overlap."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return per_block
+    try:
+        kv = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
+        return per_block
+    _AGREED[name] = _AGREED.get(name, 0) + 1
+    return int(kv.compare_set(f"{name}/{_AGREED[name]}", "", str(int(per_block))))
+
+
 def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,
                  world_size: int, tail: Literal["pad", "drop"], pool_blocks: int | None = None,
                  block_bytes: int | None = None) -> tuple[EpochBatches | BlockBatches, str]:
-    """The loader's sampler for ``order`` ("auto", "uniform", "blocks"), and the order taken."""
+    """The loader's sampler for ``order`` ("auto", "uniform", "blocks"), and the order taken. Without
+    ``block_bytes``, blocks are sized from the available memory, the same on every rank (:func:`agreed_blocks`);
+    the sampler's state records their size, and a loader resumed from it takes that size again."""
     avail = available()
     order = choose_order(source, order, avail)   # the page cache is one for the machine's ranks
     local = local_world_size()                   # what each rank holds is its own: its share of the memory
@@ -308,12 +335,17 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
             source.full_index()
         return EpochBatches(n, batch_size, shuffle, seed, drop_last, rank, world_size, tail), order
     seg_counts, seg_bytes = source.block_segments()
-    pool = default_pool(batch_size) if pool_blocks is None else int(pool_blocks)
+    defaults = getattr(source, "block_defaults", None)
+    own_pool, max_block = defaults(batch_size) if callable(defaults) else (default_pool(batch_size), MAX_BLOCK_BYTES)
+    pool = own_pool if pool_blocks is None else int(pool_blocks)
     resident = pool + max(1, pool // LIFETIME)   # blocks live at once, and the next round's entering ones
     if block_bytes is None:
         budget = avail.nbytes * POOL_FRACTION
-        block_bytes = int(min(MAX_BLOCK_BYTES, max(seg_bytes, budget // max(1, resident))))
-    per_block = max(1, int(block_bytes) // seg_bytes)
+        per_block = max(1, int(min(max_block, max(seg_bytes, budget // max(1, resident)))) // seg_bytes)
+        per_block = agreed_blocks(f"kline-store/blocks/{type(source).__name__}/{seg_counts.shape}/{seg_bytes}/"
+                                  f"{pool}", per_block)
+    else:
+        per_block = max(1, int(block_bytes) // seg_bytes)
     require(f"order='blocks' with a pool of {pool:,} blocks of {gib(per_block * seg_bytes)}",
             resident * per_block * seg_bytes, avail, POOL_FRACTION * 2,
             hint="pass a smaller pool_blocks= or block_bytes=")
@@ -323,9 +355,9 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     residency = Residency(source, bpr, per_block, n_segments)
     sampler = BlockBatches(counts, batch_size, shuffle, seed, drop_last, rank, world_size, tail, pool,
                            LIFETIME, residency)
-    sampler.block_bytes = per_block * seg_bytes   # type: ignore[attr-defined]
+    sampler.block_bytes = per_block * seg_bytes
     return sampler, order
 
 
-__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "check_loader_memory", "check_uniform",
-           "choose_order", "default_pool", "make_sampler", "supports_blocks"]
+__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "agreed_blocks", "check_loader_memory",
+           "check_uniform", "choose_order", "default_pool", "make_sampler", "supports_blocks"]

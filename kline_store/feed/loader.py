@@ -133,13 +133,14 @@ class KlineLoader:
         in_order: must be True (the order must not depend on timing).
         pin_memory_device: accepted and ignored (the device is ``device``).
         order: "uniform" (a permutation of every window per epoch: 4 bytes a window, for stores that fit in
-            memory), "blocks" (blocks of a symbol's bars permuted, each batch drawn from a pool of ``pool_blocks``
-            live blocks, read ahead and released: memory O(blocks), for stores bigger than memory; see
-            ``feed/block_order.py``) or "auto" (default: blocks when the bytes samples read exceed half the
-            available memory, the cgroup's limit where one is set).
-        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size)).
+            memory), "blocks" (blocks of a symbol's bars, or of consecutive dates for a CrossSectionDataset,
+            permuted, each batch drawn from a pool of ``pool_blocks`` live blocks, read ahead and released: memory
+            O(blocks), for stores bigger than memory; see ``feed/block_order.py``) or "auto" (default: blocks
+            when the bytes samples read exceed half the available memory, the cgroup's limit where one is set).
+        pool_blocks: K, blocks live at a time in the block order (default max(1024, 8 x batch_size); for a
+            CrossSectionDataset, whose blocks are runs of dates across the symbols, max(64, 8 x batch_size)).
         block_bytes: bytes of bars per block (default: a quarter of the available memory over the pool, 64 KiB
-            to 4 MiB).
+            to 4 MiB; for a CrossSectionDataset from one segment of days to 4 MiB of each symbol row).
 
     Attributes:
         batch_sampler: the :class:`~kline_store.feed.sampling.EpochBatches` holding order and position.
@@ -167,6 +168,7 @@ class KlineLoader:
         self.batch_sampler: EpochBatches | BlockBatches
         self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
                                                       world_size, tail, pool_blocks, block_bytes)
+        self._sampler_args = (shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
         self.device = self._check_device(device)
@@ -351,13 +353,29 @@ class KlineLoader:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from a saved state: the next iteration yields exactly the remaining batches of that epoch.
-        A state taken on another store version is refused in one line (its order indexes other samples)."""
+        A state taken on another store version is refused in one line (its order indexes other samples). In the
+        block order, blocks sized from the available memory (no ``block_bytes=``) take the saved run's size."""
         version = getattr(self.source, "version", None)
         if isinstance(state, dict) and state.get("version") is not None and version is not None \
                 and state["version"] != version:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
+        size = state.get("block_bytes") if isinstance(state, dict) and state.get("order") == "blocks" else None
+        if self.order == "blocks" and size and self._sampler_args[-1] is None \
+                and size != getattr(self.batch_sampler, "block_bytes", size):
+            self._resample(int(size))
         self.batch_sampler.load_state_dict(state)
+
+    def _resample(self, block_bytes: int) -> None:
+        """The block order again with blocks of ``block_bytes`` (those of the run a state was saved in)."""
+        shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, _ = self._sampler_args
+        old = self.batch_sampler
+        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, shuffle, seed, drop_last, rank,
+                                             world_size, tail, pool_blocks, block_bytes)
+        if getattr(old, "residency", None) is not None:
+            old.residency.close()
+        self._orders = OrderAhead(self.batch_sampler)
+        self._orders.start(self.batch_sampler.epoch)
 
     def __repr__(self) -> str:
         s = self.batch_sampler

@@ -21,26 +21,21 @@ import hashlib
 import json
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from . import windows as W
 from ..errors import InputError
 from ..memory import Available, available, gib
-from ..feed.placement import _madvise
+from .pages import advise_drop, advise_read, drop_rows, mapping_base, mark_random
 from .spec import SamplePlan
 
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
 FULL_INDEX_FRACTION = 0.5     # the full index (and its build) may take this share of the available memory
 CACHE_SEGMENTS = 1 << 16      # computed segments kept at most (their live blocks release them first)
-_MADV_DONTNEED = 4
-_MADV_RANDOM = 1
-_MADV_SEQUENTIAL = 2
-_MADV_WILLNEED = 3
-_MADV_POPULATE_READ = 22
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def window_bounds(plan: SamplePlan, n_dates: int) -> tuple[int, int]:
@@ -173,8 +168,7 @@ class BlockIndex:
         exactly, with ``MADV_WILLNEED`` over their byte range.
         """
         self._maps.append(flat)
-        if flat.nbytes and flat.ctypes.data % _PAGE == 0:
-            _madvise(flat.ctypes.data, flat.nbytes, _MADV_RANDOM)
+        mark_random(flat)
 
     # -- what it holds ----------------------------------------------------------------
     def __len__(self) -> int:
@@ -278,15 +272,7 @@ class BlockIndex:
 
     def prefetch(self, s: int, k0: int, k1: int) -> None:
         """Read row s's segments ``[k0, k1)`` (with their halo) ahead, map them, compute the sparse ones."""
-        lo, hi = self._bytes(s, k0, k1, True)
-        for m in self._maps:
-            start = m.ctypes.data + lo
-            aligned = start - start % _PAGE
-            _madvise(aligned, hi - lo + (start - aligned), _MADV_WILLNEED)
-        for m in self._maps:
-            start = m.ctypes.data + lo
-            aligned = start - start % _PAGE
-            _madvise(aligned, hi - lo + (start - aligned), _MADV_POPULATE_READ)
+        advise_read(self._maps, [self._bytes(s, k0, k1, True)])
         sparse = ~self.dense[s, k0:k1]
         if sparse.any() and self._source is not None and self.compute_days:
             ks = k0 + np.flatnonzero(sparse)
@@ -298,54 +284,15 @@ class BlockIndex:
         base = s * self.n_segments
         for k in range(k0, k1):
             self._cache.pop(base + k, None)
-        lo, hi = self._bytes(s, k0, k1, False)
-        lo = -(-lo // _PAGE) * _PAGE
-        hi = hi - hi % _PAGE
-        if hi <= lo:
-            return
-        for m in self._maps:
-            if m.ctypes.data % _PAGE == 0:
-                _madvise(m.ctypes.data + lo, hi - lo, _MADV_DONTNEED)
-        if self._fd is not None:
-            try:
-                os.posix_fadvise(self._fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
-            except (OSError, AttributeError):
-                pass
+        advise_drop(self._maps, self._fd, [self._bytes(s, k0, k1, False)])
 
 
 def attach_store(index: BlockIndex, store: Any, plan: SamplePlan) -> None:
     """Compute segments from ``store``'s panel; advise its pages (its shared mapping, its pinned descriptor)."""
     index.attach(store.panel, plan, getattr(store, "_fd", None), store.row_stride, store.n_fields)
-    base = _mapping_base(store.panel)
+    base = mapping_base(store.panel)
     if base is not None:
         index.add_mapping(base)
-
-
-def _mapping_base(panel: np.ndarray) -> np.ndarray | None:
-    """The array at the start of the mapping a strided panel view is cut from (None for an empty panel)."""
-    a = panel
-    while isinstance(a.base, np.ndarray):
-        a = a.base
-    return a if a.size and a.ctypes.data % _PAGE == 0 else None
-
-
-def drop_rows(store: Any, a: int, b: int) -> None:
-    """Drop symbol rows ``[a, b)`` of ``store`` from this process's mapping and from the page cache."""
-    base = _mapping_base(store.panel)
-    lo, hi = a * store.row_stride * 4, b * store.row_stride * 4
-    hi = min(hi, base.nbytes) if base is not None else hi
-    lo = -(-lo // _PAGE) * _PAGE
-    hi -= hi % _PAGE
-    if hi <= lo:
-        return
-    if base is not None:
-        _madvise(base.ctypes.data + lo, hi - lo, _MADV_DONTNEED)
-    fd = getattr(store, "_fd", None)
-    if fd is not None:
-        try:
-            os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
-        except (OSError, AttributeError):
-            pass
 
 
 def cache_dir() -> Path:
@@ -353,11 +300,40 @@ def cache_dir() -> Path:
     return Path(os.environ.get("KLINE_STORE_CACHE") or Path.home() / ".cache" / "kline-store") / "blocks"
 
 
-def _cache_key(store: Any, plan: SamplePlan) -> str:
+def cache_key(store: Any, plan: SamplePlan, *extra: Any) -> str:
+    """The cache file name of counts over ``store`` (path, version, checksums) for ``plan`` and ``extra``."""
     m = store.manifest
     ident = [str(Path(store.path).resolve()), store.version, m.get("manifest_checksum"), m["data"].get("file"),
-             m["data"].get("checksum"), repr(plan), SEG_BYTES]
+             m["data"].get("checksum"), repr(plan), SEG_BYTES, *extra]
     return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
+
+
+T = TypeVar("T")
+
+
+def cached(path: Path, load: Callable[[Path], T | None], build: Callable[[], T],
+           save: Callable[[Path, T], None]) -> T:
+    """``load(path)``, else ``build()`` and ``save`` it, holding a lock beside ``path`` while building: the ranks
+    of a node started together build once and the others load its result. No cache is no error."""
+    got = load(path)
+    if got is not None:
+        return got
+    lock = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        got = load(path)
+    except OSError:
+        pass
+    try:
+        if got is None:
+            got = build()
+            save(path, got)
+    finally:
+        if lock is not None:
+            os.close(lock)
+    return got
 
 
 def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
@@ -365,28 +341,22 @@ def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
     the process that counts holds a lock, so the ranks of a node started together count once and the others load
     its result). Counting drops each group of rows from the page cache behind it when the store is bigger than
     half the available memory (a pass over it must not evict everything else)."""
-    path = cache_dir() / f"{_cache_key(store, plan)}.npz"
-    idx = _load(path)
-    if idx is None:
-        lock = None
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            idx = _load(path)
-        except OSError:
-            pass
-        try:
-            if idx is None:
-                big = store.panel.nbytes > available().nbytes * FULL_INDEX_FRACTION
-                idx = BlockIndex.build(store.panel, plan,
-                                       drop_pages=(lambda a, b: drop_rows(store, a, b)) if big else None)
-                _save(path, idx)
-        finally:
-            if lock is not None:
-                os.close(lock)
+    def count() -> BlockIndex:
+        return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store))
+
+    idx = cached(cache_dir() / f"{cache_key(store, plan)}.npz", _load, count,
+                 lambda path, i: save_arrays(path, counts=i.counts, t_lo=i.t_lo, t_hi=i.t_hi, seg_bars=i.seg_bars,
+                                             n_dates=i.n_dates))
     attach_store(idx, store, plan)
     return idx
+
+
+def page_dropper(store: Any) -> Callable[[int, int], None] | None:
+    """What a counting pass calls after each group of rows ``[a, b)``: drop them from the page cache when the
+    store is bigger than half the available memory (a pass over it must not evict everything else)."""
+    if store.panel.nbytes > available().nbytes * FULL_INDEX_FRACTION:
+        return lambda a, b: drop_rows(store, a, b)
+    return None
 
 
 def _load(path: Path) -> BlockIndex | None:
@@ -397,13 +367,12 @@ def _load(path: Path) -> BlockIndex | None:
         return None
 
 
-def _save(path: Path, idx: BlockIndex) -> None:
-    """Atomically (a temporary file renamed over); a cache that cannot be written is no error."""
+def save_arrays(path: Path, **arrays: Any) -> None:
+    """An ``.npz`` written atomically (a temporary file renamed over); a cache that cannot be written is no error."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
-            np.savez(fh, counts=idx.counts, t_lo=idx.t_lo, t_hi=idx.t_hi, seg_bars=idx.seg_bars,
-                     n_dates=idx.n_dates)
+            np.savez(fh, **arrays)
         os.replace(tmp, path)
     except OSError:
         try:
@@ -471,4 +440,5 @@ class BlockSource:
 
 
 __all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
-           "build_blocks", "cache_dir", "choose_index", "drop_rows", "full_index_bytes", "window_bounds"]
+           "build_blocks", "cache_dir", "cache_key", "cached", "choose_index", "full_index_bytes", "page_dropper",
+           "save_arrays", "window_bounds"]

@@ -1,7 +1,9 @@
 """DDP under torchrun on gloo: one node with 2 ranks, and two nodes (two launchers on this machine, c10d
 rendezvous on 127.0.0.1) with 2 ranks each, killed mid-epoch and restarted from the saved loader state. Each rank
 gets a disjoint shard (the padded tail aside) with equal step counts, the shards cover every valid window, and the
-restarted job continues exactly where the checkpoint was taken."""
+restarted job continues exactly where the checkpoint was taken. The same in the block order, for windows and for
+cross-sections, where each rank's share of blocks is also the same in epoch 0 and epoch 1 (a node rereads its
+share from its own page cache)."""
 
 from __future__ import annotations
 
@@ -14,8 +16,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers_dataset_ddp import DAYS
 from helpers_dataset_ref import make_store, random_panel
 
+from kline_store.feed import block_order as B
+from kline_store.samples import day_blocks
+from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
 
 HERE = Path(__file__).resolve().parents[1]   # tests/, where the helper scripts live
@@ -33,8 +39,8 @@ def store(tmp_path_factory):
     raise AssertionError("no suitable end date")
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent)}
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE.parent), **extra}
 
 
 def _free_port() -> int:
@@ -43,7 +49,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _launch(nodes: int, args: list[str], cwd: Path) -> None:
+def _launch(nodes: int, args: list[str], cwd: Path, **env: str) -> None:
     """torchrun with ``nodes`` launchers of 2 processes each on this machine; fail with their output."""
     helper = [str(HERE / "helpers_dataset_ddp.py"), *args]
     if nodes == 1:
@@ -53,7 +59,8 @@ def _launch(nodes: int, args: list[str], cwd: Path) -> None:
         cmds = [[sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", "--nproc_per_node=2",
                  "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=kline-test",
                  f"--node_rank={k}", "--max_restarts=0", *helper] for k in range(nodes)]
-    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(), cwd=cwd)
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(**env),
+                              cwd=cwd)
              for c in cmds]
     outs = []
     for p in procs:
@@ -124,3 +131,46 @@ def test_ranks_opening_on_either_side_of_an_append_train_on_one_version(tmp_path
     n = ranks[0]["n"]
     assert len(a & b) <= 1 and len(a | b) == n                          # disjoint but for the padded tail
     assert all(r["state"]["version"] == 1 for r in ranks)
+
+
+def test_two_nodes_block_order_fixed_shares_and_restart(store, tmp_path, monkeypatch):
+    """order="blocks" on two launchers of 2 ranks: stopped after 3 steps of epoch 0, restarted from the saved state
+    for the rest of it and epoch 1. Both epochs disjoint and complete, each rank's order exactly the one a single
+    process computes for it, each rank's blocks the same in both epochs, and one block size on every rank."""
+    path, end = store
+    cache = str(tmp_path / "cache")
+    monkeypatch.setenv("KLINE_STORE_CACHE", cache)
+    _launch(2, [str(path), str(tmp_path), end, "bhead", "3"], tmp_path, KLINE_STORE_CACHE=cache)
+    _launch(2, [str(path), str(tmp_path), end, "btail"], tmp_path, KLINE_STORE_CACHE=cache)
+    head, tail = _read(tmp_path, "bhead", 4), _read(tmp_path, "btail", 4)
+    world = 4
+    assert len({r["agreed"] for r in head}) == 1 and head[0]["agreed"] in range(10, 14)   # the first to ask
+    ds = KlineDataset(path, window=10, horizon=2, end=end, index="blocks")
+    monkeypatch.setattr(day_blocks, "SEG_ROW_BYTES", DAYS * 4 * ds.store.n_fields)
+    xs = CrossSectionDataset(ds)
+    s, t = ds.locate(np.arange(len(ds)))
+    where = {"win": {(int(a), int(b)): i for i, (a, b) in enumerate(zip(s, t))},
+             "xs": {int(d): i for i, d in enumerate(xs.days)}}
+    for kind, src, batch in (("win", ds, 8), ("xs", xs, 2)):
+        size = {r["state"][kind]["block_bytes"] for r in head + tail}
+        assert len(size) == 1                                   # one block size, agreed by the ranks
+        counts, seg_bytes = src.block_segments()
+        off = B.offsets(B.group_segments(counts, size.pop() // seg_bytes))
+        n = len(src)
+        shares = []
+        for epoch in (0, 1):
+            seen = [[where[kind][tuple(k) if kind == "win" else k] for k in
+                     (h["seen"][kind][0] + r["seen"][kind][0] if epoch == 0 else r["seen"][kind][1])]
+                    for h, r in zip(head, tail)]
+            assert [len(p) for p in seen] == [-(-n // world)] * world          # equal steps
+            assert set().union(*map(set, seen)) == set(range(n))             # every sample
+            assert sum(len(set(p)) for p in seen) == n                       # disjoint, the padded tail aside
+            for r in range(world):   # exactly the order one process computes for the rank (the restart included)
+                ld = src.loader(batch_size=batch, seed=3, rank=r, world_size=world, order="blocks", pool_blocks=2,
+                                block_bytes=head[r]["state"][kind]["block_bytes"], num_workers=0)
+                ld.set_epoch(epoch)
+                assert seen[r] == np.concatenate(list(ld.index_batches())).tolist()
+            shares.append([set((np.searchsorted(off, p, "right") - 1).tolist()) for p in seen])
+        assert shares[0] == shares[1]                            # each rank's blocks: the same in both epochs
+        assert sum(map(len, shares[0])) - len(set.union(*shares[0])) <= world - 1   # only cut blocks shared
+        assert len(set.union(*shares[0])) == len(off) - 1 - int((np.diff(off) == 0).sum())

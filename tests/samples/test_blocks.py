@@ -1,5 +1,6 @@
 """samples/blocks.py and the block order through KlineDataset and its loader: the same samples as the full index
-and the uniform order, one-line refusals instead of the OOM killer, and a store under a cgroup memory limit."""
+and the uniform order, one-line refusals instead of the OOM killer, and a store under a cgroup memory limit.
+Cross-sections' block order: test_day_blocks.py."""
 
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def test_refusals_are_one_line(store, monkeypatch):
         ks.KlineDataset(store, window=16).loader(order="blocks", placement="device")
 
 
-def test_symbol_days_and_cross_sections_keep_the_uniform_order(store):
+def test_symbol_days_keep_the_uniform_order(store):
     with pytest.raises(InputError, match="days='calendar'"):
         ks.KlineDataset(store, window=8, days="symbol", index="blocks")
     sym = ks.KlineDataset(store, window=8, days="symbol")
