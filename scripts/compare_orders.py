@@ -2,7 +2,7 @@
 """Does the block order train as well as a uniform shuffle? One epoch of a small model, both orders, several seeds.
 
 A synthetic panel with a planted, learnable signal (next-day return = -0.2 x today's return - 0.1 x the close's
-distance from its 5-day mean + noise, so a perfect model's daily IC is about 0.2) is ingested into a store that
+distance from its 5-day mean + noise) is ingested into a store that
 fits in memory. The block order is run as it runs on a store bigger than memory: blocks of 64 KiB (one
 symbol's bars each here) and the default pool K = max(1024, 8 x batch), fewer than the store's blocks, so each
 batch is drawn from a pool holding part of the store. Each run trains an MLP over windows normalised by their
