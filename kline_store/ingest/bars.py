@@ -14,7 +14,7 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, exchanges as XC
+from . import adjust, columns as C, exchanges as XC, runs
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
@@ -152,7 +152,7 @@ class _Sink:
             raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
                              f"bars are whole minutes (1 minute or longer)")
         seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
-        seen[np.unique(minute % TA.MINUTES_PER_DAY)] = True
+        seen[minute % TA.MINUTES_PER_DAY] = True
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
         # within a day. Decided per file: two daily files may well stamp their days differently.
         self.intraday |= int(np.count_nonzero(seen)) > 1
@@ -349,9 +349,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
 
 def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
     """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
-    pos = np.searchsorted(calendar, keys)
-    pos_c = np.minimum(pos, max(len(calendar) - 1, 0))
-    off = calendar[pos_c] != keys if len(calendar) else np.ones(len(keys), dtype=bool)
+    pos = TA.KeyIndex(calendar).find(keys)
+    off = pos < 0
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
@@ -402,9 +401,8 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     day (then the most common gap between a symbol's bars of a day)."""
     f = TA.parse_freq(freq) if freq is not None else None
     if f is None:
-        f = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if bars.intraday \
-            else TA.DAILY
-    finer = TA.finer_than(f, np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if freq else None
+        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names)) if bars.intraday else TA.DAILY
+    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names)) if freq else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
@@ -432,4 +430,4 @@ def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLik
         return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
-    return np.unique(keys)
+    return TA.unique_keys(keys)

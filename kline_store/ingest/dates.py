@@ -80,8 +80,12 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
 
     Converts the distinct values only, then gathers through a lookup table indexed by value.
     """
-    v = raw.to_numpy().astype(np.int64)
-    uniq = raw.unique().to_numpy().astype(np.int64)
+    v = np.asarray(raw.to_numpy(), dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231, so the values are marked in a table
+    at = v - lo
+    seen = np.zeros(hi - lo + 1, dtype=bool)
+    seen[at] = True
+    uniq = np.flatnonzero(seen) + lo
     y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
     months = (y - 1970) * 12 + (m - 1)
     days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
@@ -92,10 +96,9 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
         i = int(np.flatnonzero(v == value)[0])
         raise InputError(f"{path}: {line(i)}: unparseable date {value} in column {column!r} "
                          f"(expected YYYYMMDD, years 1800..2200)")
-    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231
     table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
     table[uniq - lo] = days
-    return pl.Series("date", table[v - lo])
+    return pl.Series("date", table[at])
 
 
 def _digit_stamps(text: pl.Series) -> pl.Series | None:
