@@ -6,6 +6,7 @@ bars of a big input spill into column files the caller names (in the store's sta
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,9 @@ from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
 from ..progress import Progress
-from .readers import CHUNK_BYTES, Source, inspect_source, iter_chunks
+from .readers import CHUNK_BYTES, Reread, Source, inspect_source, iter_chunks
+from .sink import Sink
+from .sources import expected_rows
 from .validate import Problem, merge_problems, quality_problems
 
 EPOCH = np.datetime64("1970-01-01", "D")
@@ -107,91 +110,6 @@ class Bars:
                          f"times ({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all{hint}")
 
 
-COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
-           ("values", np.float32))
-
-
-class _Sink:
-    """Collects normalised chunks as flat columns: in memory, or appended to one spill file per column.
-
-    Column files (not records) so that a pass over one column touches only that column's pages.
-    """
-
-    def __init__(self, fields: list[str], spill: Path | None) -> None:
-        self.fields = fields
-        self.spill = spill
-        self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
-        self.parts: dict[str, list[np.ndarray]] = {name: [] for name, _ in COLUMNS}
-        self.names: list[str] = []
-        self.code: dict[str, int] = {}
-        self.n = 0
-        self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
-        self.intraday = False
-
-    def _intern(self, name: str) -> int:
-        code = self.code.get(name)
-        if code is None:
-            code = self.code[name] = len(self.names)
-            self.names.append(name)
-        return code
-
-    def symbol_codes(self, col: pl.Series) -> np.ndarray:
-        """Code of each row's symbol. Files are mostly grouped by symbol: map runs, not rows."""
-        starts = np.flatnonzero((col != col.shift(1)).fill_null(True).to_numpy())
-        if len(starts) * 8 < len(col):
-            codes = np.asarray([self._intern(n) for n in col.gather(starts).to_list()], dtype=np.uint32)
-            return np.repeat(codes, np.diff(np.append(starts, len(col))))
-        uniq = col.unique().to_list()
-        return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
-
-    def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
-        ms = df["date"].cast(pl.Int64).to_numpy()
-        minute, rest = np.divmod(ms, 60_000)
-        if rest.any():
-            i = int(np.flatnonzero(rest)[0])
-            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
-                             f"bars are whole minutes (1 minute or longer)")
-        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
-        seen[minute % TA.MINUTES_PER_DAY] = True
-        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
-        # within a day. Decided per file: two daily files may well stamp their days differently.
-        self.intraday |= int(np.count_nonzero(seen)) > 1
-        cols = {
-            "sym": self.symbol_codes(df["symbol"]),
-            "minute": minute,
-            "file": np.full(df.height, file_id, dtype=np.uint32),
-            "row": df["_row"].to_numpy(),
-            "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
-                                 for f in self.fields]).to_numpy(order="c"),
-        }
-        for name, dtype in COLUMNS:
-            arr = np.ascontiguousarray(cols[name], dtype=dtype)
-            if self.fh:
-                arr.tofile(self.fh[name])
-            else:
-                self.parts[name].append(arr)
-        self.n += df.height
-
-    def columns(self) -> dict[str, np.ndarray]:
-        nf = len(self.fields)
-        out = {}
-        for name, dtype in COLUMNS:
-            shape = (self.n, nf) if name == "values" else (self.n,)
-            if self.fh:
-                self.fh[name].close()
-                out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
-                             if self.n else np.empty(shape, dtype))
-            elif len(self.parts[name]) == 1:
-                out[name] = self.parts[name][0]          # one chunk (most files): no copy
-            else:
-                out[name] = (np.concatenate(self.parts[name]) if self.parts[name] else np.empty(shape, dtype))
-        return out
-
-    def close(self) -> None:
-        for fh in (self.fh or {}).values():
-            fh.close()
-
-
 def input_fields(sources: list[Source]) -> list[str]:
     """The union of the fields the sources' frames carry, in store order."""
     return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
@@ -227,7 +145,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
                          f"(columns of {files[0].name}: {C.preview(sources[0].columns)})")
     fields = [f for f in input_fields(sources) if any(f in s.fields for s in sources)]
-    sink = _Sink(fields, spill)
+    sink = Sink(fields, spill, 0 if spill else sum(expected_rows(s) for s in sources))
     problems: list[Problem] = []
     n_empty = 0
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
@@ -235,22 +153,18 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     rows_per_file = []
     failed: set[int] = set()
     try:
-        for i, src in enumerate(sources):
-            rows = 0
-            prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
-            share = _Share(prog, src.path)
-            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
-                rows += df.height
-                empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
-                if empty.any():
-                    n_empty += int(empty.sum())
-                    df = df.filter(~empty)
-                df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
-                problems = merge_problems(problems, quality_problems(df, files))
-                sink.add(adjust.clean(df), i, src.path)
-                prog.step(0, note=f"{src.path.name}: {rows:,} rows")
+        for i in range(len(sources)):
+            while True:
+                before = (sink.mark(), n_empty, copy.deepcopy(problems))
+                try:
+                    rows, n_empty, problems = _read_file(sources[i], i, sink, files, n_empty, problems, prog,
+                                                         skip_bad, skipped, failed)
+                    break
+                except Reread as again:     # its text is GB18030, or its numbers need the text path: again
+                    sink.rollback(before[0])
+                    n_empty, problems = before[1], before[2]
+                    sources[i] = again.source
             rows_per_file.append(rows)
-            share.finish()
     finally:
         prog.close()
         sink.close()
@@ -267,6 +181,26 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
     return bars
+
+
+def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int, problems: list[Problem],
+               prog: Progress, skip_bad: bool, skipped: list, failed: set[int]) -> tuple[int, int, list[Problem]]:
+    """One file's chunks into the sink: (rows read, rows without a price so far, problems so far)."""
+    rows = 0
+    prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
+    share = _Share(prog, src.path)
+    for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
+        rows += df.height
+        empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
+        if empty.any():
+            n_empty += int(empty.sum())
+            df = df.filter(~empty)
+        df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
+        problems = merge_problems(problems, quality_problems(df, files))
+        sink.add(adjust.clean(df), i, src.path)
+        prog.step(0, note=f"{src.path.name}: {rows:,} rows")
+    share.finish()
+    return rows, n_empty, problems
 
 
 def _reason(exc: InputError, path: Path) -> str:

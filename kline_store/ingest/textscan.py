@@ -16,7 +16,9 @@ from __future__ import annotations
 import codecs
 import mmap
 import os
+import threading
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -78,12 +80,136 @@ def detect_encoding(path: Path) -> tuple[str, bytes | None]:
             return ("utf-8-sig" if bom else "utf-8"), None
         except UnicodeDecodeError:
             pass
+    return "gb18030", gb18030(path)
+
+
+def gb18030(path: Path) -> bytes:
+    """The file, read as GB18030 (a superset of GBK), re-encoded as UTF-8; InputError when it is not that either."""
     raw = Path(path).read_bytes()
     try:
-        return "gb18030", raw.decode("gb18030").encode("utf-8")
+        return raw.decode("gb18030").encode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise InputError(f"{path}: line {line}: neither UTF-8 nor GBK/GB18030 text (byte {exc.start})") from None
+
+
+def sniff_encoding(path: Path) -> tuple[str, bytes | None, bool]:
+    """(encoding, re-encoded bytes or None, settled) from the first block: all ASCII, the file is taken for UTF-8
+    and, when it has more, not settled (:func:`scan` checks the rest, in the same pass as the field counts);
+    otherwise the whole file is decided here (:func:`detect_encoding`)."""
+    with open(path, "rb") as fh:
+        head = fh.read(BLOCK)
+        more = bool(fh.read(1))
+    for magic, what, undo in _NOT_CSV_TEXT:
+        if head[: len(magic)] == magic:
+            raise InputError(f"{path}: {what}, not CSV text readable here; {undo}")
+    bom = head[:3] == _BOM
+    if np.frombuffer(head, dtype=np.uint8)[3 if bom else 0:].max(initial=0) < 128:
+        return ("utf-8-sig" if bom else "utf-8"), None, not more
+    enc, data = detect_encoding(path)
+    return enc, data, True
+
+
+def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = False,
+         stop: threading.Event | None = None) -> bool:
+    """The whole-file checks of a CSV in one pass, a block at a time: the field count of every line (as
+    :func:`check_lines`, raising InputError at the first wrong one) and, with ``utf8``, that the text is UTF-8.
+
+    Args:
+        path: the file (read unless ``data``, its bytes, is given).
+        utf8: check the encoding too (a file whose first block was ASCII, see :func:`sniff_encoding`).
+        stop: set by the caller when the result is no longer wanted.
+
+    Returns:
+        False when ``utf8`` and the text is not UTF-8 (the caller reads it as GB18030), else True.
+    """
+    s, step = ord(sep), 1 << 20
+    seps = newlines = trailing = 0     # trailing: line ends in the run of line-end bytes that ends the text
+    quoted = False
+    dec = None
+    start = 3
+    size = 0
+    for blk in _blocks(path, data):
+        if stop is not None and stop.is_set():
+            return True
+        size += len(blk)
+        if utf8:
+            if start and blk[:3].tobytes() != _BOM:
+                start = 0
+            try:
+                if dec is not None:
+                    dec.decode(blk.data)
+                elif blk[start:].max(initial=0) >= 128:
+                    dec = codecs.getincrementaldecoder("utf-8")()
+                    dec.decode(blk[start:].data)
+            except UnicodeDecodeError:
+                return False
+            start = 0
+        for lo in range(0, 0 if quoted else len(blk), step):   # blocks that stay in cache: three passes cost one
+            sub = blk[lo: lo + step]
+            if np.count_nonzero(sub == _QUOTE):
+                quoted = True
+                break
+            seps += int(np.count_nonzero(sub == s))
+            newlines += int(np.count_nonzero(sub == _NL))
+        end = len(blk)
+        while end and blk[end - 1] in (_NL, _CR):
+            end -= 1
+        tail = int(np.count_nonzero(blk[end:] == _NL))
+        trailing = trailing + tail if end == 0 else tail
+    if dec is not None:
+        try:
+            dec.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return False
+    body = newlines - trailing       # line ends before the trailing blank lines (a spreadsheet's: no error)
+    if quoted or (size > trailing and seps != (n_fields - 1) * (body + 1)):
+        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path)
+    return True
+
+
+def _blocks(path: Path, data: bytes | None):
+    """The bytes as uint8 arrays of BLOCK bytes: views of ``data``, or read into one reused buffer (a mapping of
+    a big file would count whole in resident memory)."""
+    if data is not None:
+        view = np.frombuffer(data, dtype=np.uint8)
+        for lo in range(0, len(view), BLOCK):
+            yield view[lo: lo + BLOCK]
+        return
+    buf = bytearray(BLOCK)
+    with open(path, "rb") as fh:
+        while True:
+            n = fh.readinto(buf)
+            if not n:
+                return
+            yield np.frombuffer(buf, dtype=np.uint8, count=n)
+
+
+class Background:
+    """A function run in a thread beside the parse (numpy and file reads release the GIL); :meth:`result`
+    waits for it and returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.stop = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._value = fn(*args, stop=self.stop)
+        except BaseException as exc:   # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> None:
+        self.stop.set()
 
 
 def check_lines(buf: np.ndarray | bytes, sep: str, n_fields: int, path: Path, first_line: int = 1) -> int:

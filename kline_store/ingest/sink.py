@@ -1,0 +1,148 @@
+"""Where the bars of the inputs collect as they are read: flat columns, in memory or in spill files.
+
+One entry per bar: its symbol code (in first-seen order), stamp in minutes, file, row, and values. Column files
+(not records) so that a pass over one column touches only that column's pages. In memory, the columns are
+allocated once for the expected number of bars (grown if the guess was short), so no chunk is copied twice. A
+file that must be read again (readers.Reread) is rolled back to where its bars began.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from ..errors import InputError
+from ..store import timeaxis as TA
+from .inputs import location
+
+COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
+           ("values", np.float32))
+
+
+@dataclass
+class Mark:
+    """A sink's state before a file's bars: what :meth:`Sink.rollback` returns to."""
+
+    n: int
+    names: int
+    times_of_day: dict[int, np.ndarray]
+    intraday: bool
+
+
+class Sink:
+    """Collects normalised chunks as flat columns: in memory, or appended to one spill file per column.
+
+    Args:
+        fields: the values' fields, in order.
+        spill: the spill files' common name (``<spill>.<column>``), or None to keep the bars in memory.
+        expect: bars expected (in memory: the columns' first size).
+    """
+
+    def __init__(self, fields: list[str], spill: Path | None, expect: int = 0) -> None:
+        self.fields = fields
+        self.spill = spill
+        self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
+        self.cols: dict[str, np.ndarray] = {} if spill else self._alloc(max(expect, 1024))
+        self.names: list[str] = []
+        self.code: dict[str, int] = {}
+        self.n = 0
+        self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
+        self.intraday = False
+
+    def _alloc(self, n: int) -> dict[str, np.ndarray]:
+        nf = len(self.fields)
+        return {name: np.empty((n, nf) if name == "values" else (n,), dtype=dtype) for name, dtype in COLUMNS}
+
+    def _intern(self, name: str) -> int:
+        code = self.code.get(name)
+        if code is None:
+            code = self.code[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def symbol_codes(self, col: pl.Series) -> np.ndarray:
+        """Code of each row's symbol. Files are mostly grouped by symbol: map runs, not rows."""
+        starts = np.flatnonzero((col != col.shift(1)).fill_null(True).to_numpy())
+        if len(starts) * 8 < len(col):
+            codes = np.asarray([self._intern(n) for n in col.gather(starts).to_list()], dtype=np.uint32)
+            return np.repeat(codes, np.diff(np.append(starts, len(col))))
+        uniq = col.unique().to_list()
+        return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
+
+    def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
+        ms = df["date"].cast(pl.Int64).to_numpy()
+        minute = ms // 60_000
+        if (minute * 60_000 != ms).any():
+            i = int(np.flatnonzero(minute * 60_000 != ms)[0])
+            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
+                             f"bars are whole minutes (1 minute or longer)")
+        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
+        seen[minute % TA.MINUTES_PER_DAY] = True
+        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
+        # within a day. Decided per file: two daily files may well stamp their days differently.
+        self.intraday |= int(np.count_nonzero(seen)) > 1
+        k = df.height
+        cols = {"sym": self.symbol_codes(df["symbol"]), "minute": minute, "row": df["_row"].to_numpy()}
+        if self.fh:
+            cols["file"] = np.full(k, file_id, dtype=np.uint32)
+            cols["values"] = self._values(df)
+            for name, dtype in COLUMNS:
+                np.ascontiguousarray(cols[name], dtype=dtype).tofile(self.fh[name])
+        else:
+            if self.n + k > len(self.cols["sym"]):
+                self._grow(self.n + k)
+            lo, hi = self.n, self.n + k
+            for name in ("sym", "minute", "row"):
+                self.cols[name][lo:hi] = cols[name]
+            self.cols["file"][lo:hi] = file_id
+            out = self.cols["values"][lo:hi]
+            for j, f in enumerate(self.fields):   # straight into place: no [rows, fields] copy in between
+                out[:, j] = df[f].to_numpy() if f in df.columns else np.nan
+        self.n += k
+
+    def _values(self, df: pl.DataFrame) -> np.ndarray:
+        return df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
+                          for f in self.fields]).to_numpy(order="c")
+
+    def _grow(self, need: int) -> None:
+        new = self._alloc(max(need, len(self.cols["sym"]) * 3 // 2))
+        for name in new:
+            new[name][: self.n] = self.cols[name][: self.n]
+        self.cols = new
+
+    def mark(self) -> Mark:
+        return Mark(self.n, len(self.names), {k: v.copy() for k, v in self.times_of_day.items()}, self.intraday)
+
+    def rollback(self, m: Mark) -> None:
+        """Forget the bars added since ``m`` (a file read again from its start)."""
+        for name in self.names[m.names:]:
+            del self.code[name]
+        del self.names[m.names:]
+        self.times_of_day, self.intraday = m.times_of_day, m.intraday
+        if self.fh:
+            for name, dtype in COLUMNS:
+                width = np.dtype(dtype).itemsize * (len(self.fields) if name == "values" else 1)
+                self.fh[name].flush()
+                self.fh[name].seek(m.n * width)
+                self.fh[name].truncate()
+        self.n = m.n
+
+    def columns(self) -> dict[str, np.ndarray]:
+        nf = len(self.fields)
+        out = {}
+        for name, dtype in COLUMNS:
+            shape = (self.n, nf) if name == "values" else (self.n,)
+            if self.fh:
+                self.fh[name].close()
+                out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
+                             if self.n else np.empty(shape, dtype))
+            else:
+                out[name] = self.cols[name][: self.n]
+        return out
+
+    def close(self) -> None:
+        for fh in (self.fh or {}).values():
+            fh.close()
