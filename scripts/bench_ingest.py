@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 INPUTS = ("daily-csv", "daily-parquet", "minute-csv", "minute-parquet")
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def daily_frame(n_sym: int, n_days: int, seed: int = 0):
@@ -99,10 +100,10 @@ def write_input(kind: str, path: Path, shape: tuple[int, int]) -> None:
         minute_frame(*shape, text_stamps=False).write_parquet(path)
 
 
-def run(cmd: list[str], env: dict | None = None) -> tuple[float, float]:
+def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[float, float]:
     """Wall seconds and peak RSS (MiB) of one child process."""
     t0 = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if status != 0:
@@ -122,18 +123,18 @@ def bench_one(kind: str, path: Path, work: Path, a: argparse.Namespace) -> dict:
     bare = [py, "-c", f"import polars; polars.{reader}({str(path)!r})"]
     exe = [py, "-m", "kline_store.cli", "ingest", str(path), "-q", "-o"]
     runs: dict[str, list[tuple[float, float]]] = {"polars": [], "ingest": []}
-    env = None
+    # Each checkout's package first on the path, the children started in the work folder: `python -m` puts the
+    # current folder first, which would be this checkout's package for both when run from it.
+    envs = {"ingest": _env(ROOT)}
     if a.baseline:
         runs["baseline"] = []
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(a.baseline.resolve()), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        envs["baseline"] = _env(a.baseline.resolve())
     for _ in range(a.repeat):
-        runs["polars"].append(run(bare))
-        for name, e in (("ingest", None), ("baseline", env)):
-            if name in runs:
-                out = work / f"store-{name}"
-                shutil.rmtree(out, ignore_errors=True)   # a fresh ingest each time, as a first run would be
-                runs[name].append(run(exe + [str(out)], e))
+        runs["polars"].append(run(bare, cwd=work))
+        for name, e in envs.items():
+            out = work / f"store-{name}"
+            shutil.rmtree(out, ignore_errors=True)   # a fresh ingest each time, as a first run would be
+            runs[name].append(run(exe + [str(out)], e, cwd=work))
     med = {k: statistics.median(r[0] for r in v) for k, v in runs.items()}
     res = {"input": kind, "mib": round(path.stat().st_size / 2**20, 1),
            "polars_s": round(med["polars"], 3), "ingest_s": round(med["ingest"], 3),
@@ -149,6 +150,11 @@ def bench_one(kind: str, path: Path, work: Path, a: argparse.Namespace) -> dict:
     for name in ("ingest", "baseline"):
         shutil.rmtree(work / f"store-{name}", ignore_errors=True)
     return res
+
+
+def _env(checkout: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(checkout), os.environ.get("PYTHONPATH", "")]).rstrip(
+        os.pathsep))
 
 
 def main() -> None:

@@ -115,6 +115,8 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
     """The whole-file checks of a CSV in one pass, a block at a time: the field count of every line (as
     :func:`check_lines`, raising InputError at the first wrong one) and, with ``utf8``, that the text is UTF-8.
 
+    A file is mapped and each block's pages dropped once counted: no copy, and resident memory stays one block.
+
     Args:
         path: the file (read unless ``data``, its bytes, is given).
         utf8: check the encoding too (a file whose first block was ASCII, see :func:`sniff_encoding`).
@@ -123,19 +125,42 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
     Returns:
         False when ``utf8`` and the text is not UTF-8 (the caller reads it as GB18030), else True.
     """
-    s, step = ord(sep), 1 << 20
+    mm = None
+    if data is None:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return True
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        raw = data if data is not None else mm
+        quoted = raw.find(b'"') >= 0          # memchr over the whole text: quotes make the counts meaningless
+        ok = _counts_agree(np.frombuffer(raw, dtype=np.uint8), mm, ord(sep), n_fields, utf8 and not
+                           bool(data), quoted, stop)
+    finally:
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:    # an exception's frames still see the array: the mapping goes with them
+                pass
+    if ok is None:
+        return False
+    if quoted or not ok:
+        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path)
+    return True
+
+
+def _counts_agree(b: np.ndarray, mm: mmap.mmap | None, s: int, n_fields: int, utf8: bool, quoted: bool,
+                  stop: threading.Event | None) -> bool | None:
+    """True when the separators number ``(n_fields - 1) x lines`` (trailing blank lines aside; see
+    :func:`count_lines`), False when not; None when ``utf8`` and the text is not UTF-8."""
     seps = newlines = trailing = 0     # trailing: line ends in the run of line-end bytes that ends the text
-    quoted = False
     dec = None
-    start = 3
-    size = 0
-    for blk in _blocks(path, data):
+    start = 3 if b[:3].tobytes() == _BOM else 0
+    for lo in range(0, len(b), BLOCK):
         if stop is not None and stop.is_set():
             return True
-        size += len(blk)
+        blk = b[lo: lo + BLOCK]
         if utf8:
-            if start and blk[:3].tobytes() != _BOM:
-                start = 0
             try:
                 if dec is not None:
                     dec.decode(blk.data)
@@ -143,46 +168,25 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
                     dec = codecs.getincrementaldecoder("utf-8")()
                     dec.decode(blk[start:].data)
             except UnicodeDecodeError:
-                return False
+                return None
             start = 0
-        for lo in range(0, 0 if quoted else len(blk), step):   # blocks that stay in cache: three passes cost one
-            sub = blk[lo: lo + step]
-            if np.count_nonzero(sub == _QUOTE):
-                quoted = True
-                break
-            seps += int(np.count_nonzero(sub == s))
-            newlines += int(np.count_nonzero(sub == _NL))
+        if not quoted:   # whole blocks: few calls, so few hand-overs of the GIL to and from the parsing thread
+            seps += int(np.count_nonzero(blk == s))
+            newlines += int(np.count_nonzero(blk == _NL))
         end = len(blk)
         while end and blk[end - 1] in (_NL, _CR):
             end -= 1
         tail = int(np.count_nonzero(blk[end:] == _NL))
         trailing = trailing + tail if end == 0 else tail
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED, lo, len(blk))   # read-only: the pages stay in the page cache
     if dec is not None:
         try:
             dec.decode(b"", final=True)
         except UnicodeDecodeError:
-            return False
+            return None
     body = newlines - trailing       # line ends before the trailing blank lines (a spreadsheet's: no error)
-    if quoted or (size > trailing and seps != (n_fields - 1) * (body + 1)):
-        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path)
-    return True
-
-
-def _blocks(path: Path, data: bytes | None):
-    """The bytes as uint8 arrays of BLOCK bytes: views of ``data``, or read into one reused buffer (a mapping of
-    a big file would count whole in resident memory)."""
-    if data is not None:
-        view = np.frombuffer(data, dtype=np.uint8)
-        for lo in range(0, len(view), BLOCK):
-            yield view[lo: lo + BLOCK]
-        return
-    buf = bytearray(BLOCK)
-    with open(path, "rb") as fh:
-        while True:
-            n = fh.readinto(buf)
-            if not n:
-                return
-            yield np.frombuffer(buf, dtype=np.uint8, count=n)
+    return len(b) <= trailing or seps == (n_fields - 1) * (body + 1)
 
 
 class Background:
