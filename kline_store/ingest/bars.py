@@ -54,6 +54,7 @@ class Bars:
     intraday: bool = False                # some file carries more than one time of day
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why) left out
     notes: list[str] = field(default_factory=list)                  # what the ingest reports besides (calnote)
+    stamps: np.ndarray | None = None      # the distinct stamps (minutes, sorted), when the reader kept them
 
     def __len__(self) -> int:
         return len(self.sym)
@@ -63,6 +64,12 @@ class Bars:
         return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
                     self.skipped_empty, self.dropped_columns, self.intraday, self.skipped)
+
+    def distinct_keys(self, unit: str) -> np.ndarray:
+        """The distinct keys of the bars on a time axis of ``unit`` (sorted)."""
+        if self.stamps is None:
+            return TA.unique_keys(self.keys(unit))
+        return TA.unique_keys(self.stamps // TA.MINUTES_PER_DAY) if unit == "D" else self.stamps
 
     def keys(self, unit: str) -> np.ndarray:
         """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
@@ -180,6 +187,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     bars = Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
+    bars.stamps = sink.distinct()
     return bars
 
 

@@ -110,6 +110,20 @@ def _digit_stamps(text: pl.Series) -> pl.Series | None:
     return None
 
 
+def temporal(col: pl.Expr, dt: pl.DataType) -> pl.Expr | None:
+    """A Date or Datetime column as local stamps (each value on its own: a Parquet file's column is converted as
+    polars reads it); None for other types."""
+    if dt == pl.Date:
+        return col.cast(TIME)
+    if not isinstance(dt, pl.Datetime):
+        return None
+    if dt.time_zone:
+        if ZONE.get() is not None:   # to the exchange's clock
+            return col.dt.convert_time_zone(ZONE.get()).dt.replace_time_zone(None).cast(TIME)
+        return col.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
+    return col.cast(TIME)
+
+
 def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: Line) -> pl.Series:
     dt = uniq.dtype
 
@@ -118,12 +132,9 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
         return InputError(f"{path}: {line(i)}: unparseable date {C.short(value)} in column {name!r} "
                           f"({expected})")
 
-    if dt == pl.Date:
-        return uniq.cast(TIME)
-    if isinstance(dt, pl.Datetime) and dt.time_zone:
-        if ZONE.get() is not None:   # to the exchange's clock
-            return uniq.dt.convert_time_zone(ZONE.get()).dt.replace_time_zone(None).cast(TIME)
-        return uniq.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
+    local = temporal(pl.col(uniq.name), dt)
+    if local is not None:
+        return uniq.to_frame().select(local).to_series()
     if dt.is_temporal():
         return uniq.cast(TIME)
     if dt.is_integer() or dt.is_float():

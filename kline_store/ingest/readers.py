@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 
 from . import adjust, clock, columns as C, textscan
-from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates
+from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal
 from ..errors import InputError
 from .inputs import is_parquet, location, symbol_from_name
 from .sources import YYYYMMDD, Source, _one_line, _scan, inspect_source, sniff_date_format
@@ -164,8 +164,12 @@ def _frames(src: Source, rows: int | None) -> Iterator[pl.DataFrame]:
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src) if src.typed else None
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
-    if fmt is not None and fmt != YYYYMMDD:
-        date = pl.col(src.date_column)
+    date = pl.col(src.date_column)
+    local = temporal(date, src.schema[src.date_column]) \
+        if src.date_column in src.schema and src.time_column is None else None
+    if local is not None:              # a Parquet date or timestamp column
+        keep.append(local.alias("_date_fast"))
+    elif fmt is not None and fmt != YYYYMMDD:
         keep.append((date.str.to_date(fmt, strict=False).cast(TIME) if "%H" not in fmt
                      else date.str.strptime(TIME, fmt, strict=False)).alias("_date_fast"))
     if src.time_column is not None:

@@ -30,6 +30,7 @@ class Mark:
     names: int
     times_of_day: dict[int, np.ndarray]
     intraday: bool
+    stamps: int
 
 
 class Sink:
@@ -51,6 +52,7 @@ class Sink:
         self.n = 0
         self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
         self.intraday = False
+        self.stamps: list[np.ndarray] = []               # per chunk: its distinct stamps (the calendar's keys)
 
     def _alloc(self, n: int) -> dict[str, np.ndarray]:
         nf = len(self.fields)
@@ -80,7 +82,9 @@ class Sink:
             raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
                              f"bars are whole minutes (1 minute or longer)")
         seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
-        seen[minute % TA.MINUTES_PER_DAY] = True
+        tod = minute % TA.MINUTES_PER_DAY
+        seen[tod] = True
+        self.stamps.append(distinct_stamps(minute, tod))
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
         # within a day. Decided per file: two daily files may well stamp their days differently.
         self.intraday |= int(np.count_nonzero(seen)) > 1
@@ -114,7 +118,8 @@ class Sink:
         self.cols = new
 
     def mark(self) -> Mark:
-        return Mark(self.n, len(self.names), {k: v.copy() for k, v in self.times_of_day.items()}, self.intraday)
+        return Mark(self.n, len(self.names), {k: v.copy() for k, v in self.times_of_day.items()}, self.intraday,
+                    len(self.stamps))
 
     def rollback(self, m: Mark) -> None:
         """Forget the bars added since ``m`` (a file read again from its start)."""
@@ -122,6 +127,7 @@ class Sink:
             del self.code[name]
         del self.names[m.names:]
         self.times_of_day, self.intraday = m.times_of_day, m.intraday
+        del self.stamps[m.stamps:]
         if self.fh:
             for name, dtype in COLUMNS:
                 width = np.dtype(dtype).itemsize * (len(self.fields) if name == "values" else 1)
@@ -143,6 +149,18 @@ class Sink:
                 out[name] = self.cols[name][: self.n]
         return out
 
+    def distinct(self) -> np.ndarray:
+        """The distinct stamps of the bars (minutes, sorted)."""
+        return TA.unique_keys(np.concatenate(self.stamps)) if self.stamps else np.zeros(0, dtype=np.int64)
+
     def close(self) -> None:
         for fh in (self.fh or {}).values():
             fh.close()
+
+
+def distinct_stamps(minute: np.ndarray, tod: np.ndarray) -> np.ndarray:
+    """The distinct stamps of a chunk: its distinct days at its one time of day (daily bars), else its distinct
+    minutes."""
+    if len(tod) and tod.min() == tod.max():
+        return TA.unique_keys(minute // TA.MINUTES_PER_DAY) * TA.MINUTES_PER_DAY + int(tod[0])
+    return TA.unique_keys(minute)

@@ -41,6 +41,7 @@ class Source:
     settled: bool = True        # the encoding holds for the whole file (else only its first block was seen)
     typed: bool = True          # numbers parsed by polars' typed reader (False: as text, see readers.py)
     row_bytes: float = 64.0     # bytes per row, about (CSV: from the first rows; Parquet: decoded)
+    schema: dict[str, pl.DataType] = field(default_factory=dict)   # a Parquet file's column types
 
     @property
     def symbol_column(self) -> str | None:
@@ -102,6 +103,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     mapping = C.resolve_columns(cols, user_map)
     src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na), settled=settled)
     if schema:
+        src.schema = schema
         src.row_bytes = float(sum(4 if dt in (pl.Float32, pl.Int32, pl.UInt32, pl.Date) else 16 if dt == pl.String
                                   else 8 for dt in schema.values()) or 8)
     unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
