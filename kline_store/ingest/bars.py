@@ -24,7 +24,7 @@ from ..progress import Progress
 from .readers import CHUNK_BYTES, Reread, Source, inspect_source, iter_chunks
 from .sink import Sink
 from .sources import expected_rows
-from .validate import Problem, merge_problems, quality_problems
+from .validate import Problem, flagged_problems, merge_problems, quality_flags
 
 EPOCH = np.datetime64("1970-01-01", "D")
 PIECES_FROM = 64 << 20   # a CSV above this size is parsed in pieces of PIECE_BYTES, so the reading bar moves
@@ -197,14 +197,19 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
     rows = 0
     prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
     share = _Share(prog, src.path)
-    for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
+    flags = {"_quality": quality_flags(src.fields, prices)}   # computed by polars as it reads the file
+    for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share, flags):
         rows += df.height
-        empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
-        if empty.any():
+        q = df["_quality"].to_numpy()
+        seen = int(np.bitwise_or.reduce(q)) if len(q) else 0
+        df = df.drop("_quality")
+        if seen & 1:        # no price at all: no bar
+            empty = (q & 1) != 0
             n_empty += int(empty.sum())
-            df = df.filter(~empty)
+            df, q = df.filter(pl.Series(~empty)), q[~empty]
         df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
-        problems = merge_problems(problems, quality_problems(df, files))
+        if seen >> 1:
+            problems = merge_problems(problems, flagged_problems(df, q, files))
         sink.add(adjust.clean(df), i, src.path)
         prog.step(0, note=f"{src.path.name}: {rows:,} rows")
     share.finish()
@@ -236,9 +241,10 @@ class _Share:
         self(1.0)
 
 
-def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None):
+def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None,
+                    extra: dict | None = None):
     """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
-    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM)
+    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM, extra=extra)
     try:
         first = next(it)
     except StopIteration:

@@ -96,9 +96,9 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
         i = int(np.flatnonzero(v == value)[0])
         raise InputError(f"{path}: {line(i)}: unparseable date {value} in column {column!r} "
                          f"(expected YYYYMMDD, years 1800..2200)")
-    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
-    table[uniq - lo] = days
-    return pl.Series("date", table[at])
+    table = np.zeros(hi - lo + 1, dtype=np.int64)   # milliseconds: the series is then a stamp as it stands
+    table[uniq - lo] = days.astype(np.int64) * 86_400_000
+    return pl.Series("date", table[at]).cast(TIME)
 
 
 def _digit_stamps(text: pl.Series) -> pl.Series | None:

@@ -67,36 +67,37 @@ def read_source(src: Source) -> pl.DataFrame:
 
 
 def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[float], None] | None = None,
-                whole: int | None = None) -> Iterator[pl.DataFrame]:
+                whole: int | None = None, extra: dict[str, pl.Expr] | None = None) -> Iterator[pl.DataFrame]:
     """The rows of one file, normalised, in chunks of about ``chunk_bytes`` (one chunk for small files).
 
     Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
     Errors name file, line (row), column and value.
 
     ``done``: called with the share of the file read so far (0..1) after each chunk, for progress;
-    ``whole``: files up to this many bytes (default WHOLE_FILE) are read as one chunk.
+    ``whole``: files up to this many bytes (default WHOLE_FILE) are read as one chunk;
+    ``extra``: columns to compute as the file is read (over the normalised values, before any row is dropped).
 
     Raises:
         InputError: the file is not readable bars, said in one line.
         Reread: after chunks were handed out, the file must be read again as the exception's source says.
     """
-    return _read(src, chunk_bytes, done, WHOLE_FILE if whole is None else whole, checks=True)
+    return _read(src, chunk_bytes, done, WHOLE_FILE if whole is None else whole, True, extra or {})
 
 
-def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, whole: int, checks: bool
-          ) -> Iterator[pl.DataFrame]:
+def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, whole: int, checks: bool,
+          extra: dict[str, pl.Expr]) -> Iterator[pl.DataFrame]:
     size = _size(src)
     rows = None if size <= max(chunk_bytes, whole) else max(1, int(chunk_bytes / max(src.row_bytes, 1.0)))
     check = _start_checks(src) if checks else None
     n = 0
     try:
         try:
-            for df in _frames(src, rows):
+            for df in _frames(src, rows, extra):
                 if rows is None and check is not None:
                     again = _settle(check, src)     # a small file waits for the checks: theirs is the first word
                     check = None
                     if again is not None:
-                        yield from _read(again, chunk_bytes, done, whole, checks=True)
+                        yield from _read(again, chunk_bytes, done, whole, True, extra)
                         return
                 if df.height:
                     n += df.height
@@ -110,7 +111,7 @@ def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, w
             if again is not None:
                 if n:
                     raise Reread(again) from None
-                yield from _read(again, chunk_bytes, done, whole, checks=True)
+                yield from _read(again, chunk_bytes, done, whole, True, extra)
                 return
             if isinstance(exc, InputError):
                 raise
@@ -120,13 +121,13 @@ def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, w
             text = dataclasses.replace(src, typed=False)
             if n:
                 raise Reread(text) from None
-            yield from _read(text, chunk_bytes, done, whole, checks=False)
+            yield from _read(text, chunk_bytes, done, whole, False, extra)
             return
         again = _settle(check, src)
         if again is not None:
             if n:
                 raise Reread(again)
-            yield from _read(again, chunk_bytes, done, whole, checks=True)
+            yield from _read(again, chunk_bytes, done, whole, True, extra)
             return
     except OSError as exc:
         raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
@@ -157,7 +158,7 @@ def _settle(check: textscan.Background | None, src: Source) -> Source | None:
     return dataclasses.replace(src, data=textscan.gb18030(src.path), encoding="gb18030", settled=True)
 
 
-def _frames(src: Source, rows: int | None) -> Iterator[pl.DataFrame]:
+def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterator[pl.DataFrame]:
     """The file's rows, selected and typed by polars: all at once (``rows`` None) or ``rows`` at a time."""
     symbol = symbol_from_name(src.path, src.symbol_pattern)
     sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
@@ -176,6 +177,7 @@ def _frames(src: Source, rows: int | None) -> Iterator[pl.DataFrame]:
         keep.append(pl.col(src.time_column).alias("_time_raw"))
     lf = finish_values(_scan(src, text_only=not src.typed, date_fmt=fmt).select(
         *keep, *_float_exprs(src, text_only=not src.typed)), src)
+    lf = lf.with_columns(_row_checks(src), *[e.alias(name) for name, e in extra.items()])
     opts = pl.QueryOptFlags() if is_parquet(src.path) else ALL_COLUMNS
     if rows is None:
         yield lf.collect(engine="streaming", optimizations=opts)
@@ -183,24 +185,32 @@ def _frames(src: Source, rows: int | None) -> Iterator[pl.DataFrame]:
         yield from lf.collect_batches(chunk_size=rows, optimizations=opts)
 
 
-def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
+def _row_checks(src: Source) -> pl.Expr:
+    """Per row, as polars reads it: 1 a blank line (every cell empty: no row at all, as a spreadsheet's trailing
+    empty line), 2 no symbol, 4 an infinite value."""
     values = src.fields
-    # Blank lines (a trailing empty line from a spreadsheet): every cell empty -> no row at all.
     blank = pl.all_horizontal([pl.col("_date_raw").is_null(), *[pl.col(c).is_null() for c in values]])
     no_symbol = pl.lit(False)
     if src.symbol_column:
         no_symbol = pl.col("symbol").is_null() | (pl.col("symbol") == "")
         blank = blank & no_symbol
-    flags = df.select(blank.any().alias("blank"), (no_symbol & ~blank).any().alias("no_symbol"),
-                      pl.any_horizontal([pl.col(c).is_infinite() for c in values] or [pl.lit(False)]).any()
-                      .alias("inf")).row(0, named=True)   # one pass; copies only when something is found
-    if flags["blank"]:
-        df = df.filter(~blank)
-    if flags["no_symbol"]:
+    inf = pl.any_horizontal([pl.col(c).is_infinite() for c in values] or [pl.lit(False)])
+    return (blank.cast(pl.UInt8) + (no_symbol & ~blank).cast(pl.UInt8) * 2
+            + inf.fill_null(False).cast(pl.UInt8) * 4).alias("_checks")
+
+
+def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
+    values = src.fields
+    checks = df["_checks"].to_numpy()
+    seen = int(np.bitwise_or.reduce(checks)) if len(checks) else 0   # rows looked at only when one has something
+    df = df.drop("_checks")
+    if seen & 1:
+        df = df.filter(pl.Series((checks & 1) == 0))
+    if seen & 2:
         empty = df["symbol"].is_null() | (df["symbol"] == "")
         i = empty.arg_max()
         raise InputError(f"{src.where(df['_row'][i])}: empty symbol in column {src.symbol_column!r}")
-    for c in values if flags["inf"] else ():
+    for c in values if seen & 4 else ():
         inf = df[c].is_infinite()
         if inf.any():
             i = inf.arg_max()
