@@ -20,8 +20,9 @@ from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
+from .. import memory
 from ..progress import Progress
-from .readers import CHUNK_BYTES, Reread, Source, inspect_source, iter_chunks
+from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks
 from .sink import Sink
 from .sources import expected_rows
 from .validate import Problem, flagged_problems, merge_problems, quality_flags
@@ -64,6 +65,11 @@ class Bars:
         return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
                     self.skipped_empty, self.dropped_columns, self.intraday, self.skipped)
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The first and last stamp (minutes), when the reader kept the distinct stamps."""
+        return (int(self.stamps[0]), int(self.stamps[-1])) if self.stamps is not None and len(self.stamps) else None
 
     def distinct_keys(self, unit: str) -> np.ndarray:
         """The distinct keys of the bars on a time axis of ``unit`` (sorted)."""
@@ -129,7 +135,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
-        spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+        spill: where to spill the bars when they are big (see :func:`spills`); None keeps them in memory.
         na: cell values that mean "missing" besides the usual ones (``--na``).
         skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
             ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
@@ -152,7 +158,10 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
                          f"(columns of {files[0].name}: {C.preview(sources[0].columns)})")
     fields = [f for f in input_fields(sources) if any(f in s.fields for s in sources)]
-    sink = Sink(fields, spill, 0 if spill else sum(expected_rows(s) for s in sources))
+    expect = sum(expected_rows(s) for s in sources)
+    if spill is not None and not spills(files, expect, len(fields)):
+        spill = None
+    sink = Sink(fields, spill, 0 if spill else expect)
     problems: list[Problem] = []
     n_empty = 0
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
@@ -189,6 +198,12 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     bars.skipped = skipped
     bars.stamps = sink.distinct()
     return bars
+
+
+def spills(files: list[Path], rows: int, n_fields: int) -> bool:
+    """Whether bars go to spill files: inputs over WHOLE_FILE bytes, or bars that would take over a quarter of
+    the memory available (a cgroup limit included)."""
+    return sum(_size(f) for f in files) > WHOLE_FILE or rows * (20 + 4 * n_fields) > memory.available().nbytes // 4
 
 
 def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int, problems: list[Problem],
@@ -349,8 +364,8 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     day (then the most common gap between a symbol's bars of a day)."""
     f = TA.parse_freq(freq) if freq is not None else None
     if f is None:
-        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names)) if bars.intraday else TA.DAILY
-    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names)) if freq else None
+        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else TA.DAILY
+    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "

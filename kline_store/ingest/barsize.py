@@ -59,15 +59,15 @@ def classify(median_gap_days: float) -> str:
 CLIP = 91
 
 
-def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1, per_day: int = 1
-            ) -> dict[int, str]:
+def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1, per_day: int = 1,
+            counts: tuple[int, int] | None = None) -> dict[int, str]:
     """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
     index -> "1d"/"1w"/"1mo"). ``days``: each bar's day, or its stamp in ``1 / per_day`` days (minutes with
     1440). Grouped bars are read a chunk at a time (runs.py); others are sorted."""
     n = len(days)
     if n < 2:
         return {}
-    n_sym, n_files = int(np.max(sym)) + 1, int(np.max(file)) + 1
+    n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
     try:
         hist, week, month = runs.day_gaps(runs.column(days, per_day), runs.column(sym), runs.column(file), n,
                                           n_sym, n_files, CLIP)
@@ -115,7 +115,8 @@ def _by_file_sorted(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gap
 def detect(bars, stated: str | None) -> str:
     """The bar size of daily-axis bars (a Bars of bars.py): one size for every file; InputError naming two files
     of different sizes, or a stated size the dates contradict."""
-    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY)
+    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY,
+                    counts=(len(bars.names), len(bars.files)))
     kinds = sorted(set(sizes.values()), key=[DAY, WEEK, MONTH].index)
     if len(kinds) > 1:
         a = next(i for i, k in sizes.items() if k == kinds[0])
@@ -138,7 +139,8 @@ def check_append(manifest: dict, bars, store: Path) -> None:
     have = manifest.get("bar", DAY)
     # An append of a few days says little about its bar size (days 1 and 7 of a symbol: a gap of 6): a file is
     # judged by at least three gaps.
-    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=TA.MINUTES_PER_DAY)
+    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=TA.MINUTES_PER_DAY,
+                    counts=(len(bars.names), len(bars.files)))
     for i, k in sizes.items():
         if k != have:
             raise InputError(f"{bars.files[i]} holds {NAMES[k]} bars ({k}); {store} is a store of {NAMES[have]} "

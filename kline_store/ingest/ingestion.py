@@ -26,7 +26,6 @@ from .layout import Layout
 from ..store.blockwriter import BlockWriter
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
-from .readers import WHOLE_FILE
 from .report import IngestReport
 
 BLOCK_BYTES = 16 << 20   # a block of the new panel: small enough that writing one overlaps filling the next
@@ -124,10 +123,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
            quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple, read: dict | None = None):
     """The whole ingest under the writer lock (held by the caller)."""
-    # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
-    # ones keep them in memory, which is faster.
-    big = sum(_size(f) for f in files) > WHOLE_FILE
-    spill = W.staging_dir(out) / "bars.spill" if big else None
+    # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
+    # bars.spills); small ones keep them in memory, which is faster.
+    spill = W.staging_dir(out) / "bars.spill"
     with D.exchange_zone(axis_args[3]):   # stamps with UTC offsets: to the exchange's clock (--timezone)
         bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill,
                          symbol_pattern=symbol_pattern, **(read or {}))
@@ -190,10 +188,3 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
     bars.notes = [note] if note else []
     return version + 1, n_bars, bars, symbols, fields, dates, m
-
-
-def _size(p: Path) -> int:
-    try:
-        return os.path.getsize(p)
-    except OSError:
-        return 0

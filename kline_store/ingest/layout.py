@@ -17,6 +17,7 @@ import numpy as np
 from ..store import timeaxis as TA
 from .bars import Bars, calendar_positions
 from .panel import put, release
+from .sink import drop_pages
 
 STEP = 1 << 20   # bars at a time
 
@@ -61,7 +62,10 @@ class Layout:
     def place(self, bars: Bars, sel: slice | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(row, date index) of the bars ``sel``; the date index is -1 for a stamp not in the calendar."""
         row = self.rows_of[np.asarray(bars.sym[sel])]
-        keys = np.asarray(bars.minute[sel], dtype=np.int64)
+        keys = np.array(bars.minute[sel], dtype=np.int64)
+        if isinstance(sel, slice):          # spilled columns: this chunk's pages go once read
+            drop_pages(bars.sym, sel.start, sel.stop)
+            drop_pages(bars.minute, sel.start, sel.stop)
         return row, self.index.find(keys // self.per_key if self.per_key > 1 else keys)
 
     def fill(self, block: np.ndarray, lo: int, bars: Bars, fields: list[str]) -> None:
@@ -71,4 +75,6 @@ class Layout:
             sel = slice(c, min(c + STEP, b)) if self.order is None else self.order[c: min(c + STEP, b)]
             row, pos = self.place(bars, sel)
             put(block, row - lo, pos, np.asarray(bars.values[sel]), bars.fields, fields)
+            if self.order is None:
+                drop_pages(bars.values, sel.start, sel.stop)
         release(bars.values)

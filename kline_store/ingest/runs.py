@@ -16,8 +16,9 @@ from typing import Callable, Iterator
 import numpy as np
 
 from ..store import timeaxis as TA
+from .sink import drop_pages
 
-STEP = 1 << 21            # bars looked at per chunk
+STEP = 1 << 20            # bars looked at per chunk
 MAX_TABLE = 1 << 26       # groups marked in a table up to this many (one byte each); a list of run keys beyond
 
 Slice = Callable[[int, int], np.ndarray]   # (lo, hi) -> int64 values of bars lo..hi-1
@@ -156,36 +157,42 @@ def minute_gaps(minute: Slice, sym: Slice, n: int, n_sym: int, day0: int, n_days
 
 
 def column(arr: np.ndarray, div: int = 1) -> Slice:
-    """A bar column as a :data:`Slice` (int64, floor-divided by ``div``): a memory-mapped column is read a chunk
-    at a time."""
-    if div == 1:
-        return lambda a, b: np.asarray(arr[a:b], dtype=np.int64)
-    return lambda a, b: np.asarray(arr[a:b], dtype=np.int64) // div
+    """A bar column as a :data:`Slice` (int64, floor-divided by ``div``): a spilled column is read a chunk at a
+    time, its pages dropped once copied (sink.drop_pages)."""
+    def read(a: int, b: int) -> np.ndarray:
+        out = np.array(arr[a:b], dtype=np.int64)
+        drop_pages(arr, a, b)
+        return out // div if div > 1 else out
+    return read
 
 
-def detect_freq(minute: np.ndarray, sym: np.ndarray, n_sym: int) -> str:
-    """timeaxis.detect_freq, a chunk at a time when the bars come grouped."""
+def detect_freq(minute: np.ndarray, sym: np.ndarray, n_sym: int, span: tuple[int, int] | None = None) -> str:
+    """timeaxis.detect_freq, a chunk at a time when the bars come grouped (``span``: the first and last stamp,
+    when known)."""
     try:
-        values, counts, _ = _minute_gaps(minute, sym, n_sym)
+        values, counts, _ = _minute_gaps(minute, sym, n_sym, span=span)
     except NotGrouped:
         return TA.detect_freq(np.asarray(minute, dtype=np.int64), np.asarray(sym))
     return TA.freq_of_gaps(values, counts)
 
 
-def finer_than(freq: str, minute: np.ndarray, sym: np.ndarray, n_sym: int) -> int | None:
+def finer_than(freq: str, minute: np.ndarray, sym: np.ndarray, n_sym: int, span: tuple[int, int] | None = None
+               ) -> int | None:
     """timeaxis.finer_than, a chunk at a time when the bars come grouped."""
     if freq == TA.DAILY or len(minute) < 2:
         return None
     try:
-        return _minute_gaps(minute, sym, n_sym, TA.minutes(freq))[2]
+        return _minute_gaps(minute, sym, n_sym, TA.minutes(freq), span)[2]
     except NotGrouped:
         return TA.finer_than(freq, np.asarray(minute, dtype=np.int64), np.asarray(sym))
 
 
-def _minute_gaps(minute: np.ndarray, sym: np.ndarray, n_sym: int, finer: int | None = None):
+def _minute_gaps(minute: np.ndarray, sym: np.ndarray, n_sym: int, finer: int | None = None,
+                 span: tuple[int, int] | None = None):
     n = len(minute)
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), None
-    day0 = int(np.min(minute)) // TA.MINUTES_PER_DAY
-    n_days = int(np.max(minute)) // TA.MINUTES_PER_DAY - day0 + 1
+    lo, hi = span if span is not None else (int(np.min(minute)), int(np.max(minute)))
+    day0 = lo // TA.MINUTES_PER_DAY
+    n_days = hi // TA.MINUTES_PER_DAY - day0 + 1
     return minute_gaps(column(minute), column(sym), n, n_sym, day0, n_days, finer)

@@ -8,6 +8,7 @@ file that must be read again (readers.Reread) is rolled back to where its bars b
 
 from __future__ import annotations
 
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,3 +165,17 @@ def distinct_stamps(minute: np.ndarray, tod: np.ndarray) -> np.ndarray:
     if len(tod) and tod.min() == tod.max():
         return TA.unique_keys(minute // TA.MINUTES_PER_DAY) * TA.MINUTES_PER_DAY + int(tod[0])
     return TA.unique_keys(minute)
+
+
+def drop_pages(col: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
+    """Drop this process's resident pages of rows ``lo .. hi`` of a spilled column (as :meth:`Sink.columns` gave
+    it): a pass over a big input stays bounded in memory. The mapping is read-only: nothing is written back and
+    the pages stay in the page cache. A no-op for a column in memory."""
+    mm = getattr(col, "_mmap", None) if isinstance(col, np.memmap) else None
+    if mm is None or not len(col):
+        return
+    row, page = col.strides[0], mmap.PAGESIZE
+    a = lo * row // page * page
+    b = min(len(mm), -(-(len(col) if hi is None else hi) * row // page) * page)
+    if b > a:
+        mm.madvise(mmap.MADV_DONTNEED, a, b - a)

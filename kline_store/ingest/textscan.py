@@ -133,9 +133,7 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
             mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         raw = data if data is not None else mm
-        quoted = raw.find(b'"') >= 0          # memchr over the whole text: quotes make the counts meaningless
-        ok = _counts_agree(np.frombuffer(raw, dtype=np.uint8), mm, ord(sep), n_fields, utf8 and not
-                           bool(data), quoted, stop)
+        ok, quoted = _counts_agree(raw, mm, ord(sep), n_fields, utf8 and data is None, stop)
     finally:
         if mm is not None:
             try:
@@ -149,17 +147,20 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
     return True
 
 
-def _counts_agree(b: np.ndarray, mm: mmap.mmap | None, s: int, n_fields: int, utf8: bool, quoted: bool,
-                  stop: threading.Event | None) -> bool | None:
-    """True when the separators number ``(n_fields - 1) x lines`` (trailing blank lines aside; see
-    :func:`count_lines`), False when not; None when ``utf8`` and the text is not UTF-8."""
+def _counts_agree(raw: bytes | mmap.mmap, mm: mmap.mmap | None, s: int, n_fields: int, utf8: bool,
+                  stop: threading.Event | None) -> tuple[bool | None, bool]:
+    """(True when the separators number ``(n_fields - 1) x lines`` (trailing blank lines aside; see
+    :func:`count_lines`), False when not, None when ``utf8`` and the text is not UTF-8; whether it has a quote)."""
+    b = np.frombuffer(raw, dtype=np.uint8)
     seps = newlines = trailing = 0     # trailing: line ends in the run of line-end bytes that ends the text
+    quoted = False
     dec = None
     start = 3 if b[:3].tobytes() == _BOM else 0
     for lo in range(0, len(b), BLOCK):
         if stop is not None and stop.is_set():
-            return True
+            return True, quoted
         blk = b[lo: lo + BLOCK]
+        quoted = quoted or raw.find(b'"', lo, lo + len(blk)) >= 0   # memchr; quotes make the counts meaningless
         if utf8:
             try:
                 if dec is not None:
@@ -168,7 +169,7 @@ def _counts_agree(b: np.ndarray, mm: mmap.mmap | None, s: int, n_fields: int, ut
                     dec = codecs.getincrementaldecoder("utf-8")()
                     dec.decode(blk[start:].data)
             except UnicodeDecodeError:
-                return None
+                return None, quoted
             start = 0
         if not quoted:   # whole blocks: few calls, so few hand-overs of the GIL to and from the parsing thread
             seps += int(np.count_nonzero(blk == s))
@@ -184,9 +185,9 @@ def _counts_agree(b: np.ndarray, mm: mmap.mmap | None, s: int, n_fields: int, ut
         try:
             dec.decode(b"", final=True)
         except UnicodeDecodeError:
-            return None
+            return None, quoted
     body = newlines - trailing       # line ends before the trailing blank lines (a spreadsheet's: no error)
-    return len(b) <= trailing or seps == (n_fields - 1) * (body + 1)
+    return len(b) <= trailing or seps == (n_fields - 1) * (body + 1), quoted
 
 
 class Background:
