@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
@@ -182,18 +183,42 @@ def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterato
     lf = finish_values(_scan(src, text_only=not src.typed, date_fmt=fmt).select(
         *keep, *_float_exprs(src, text_only=not src.typed)), src)
     lf = lf.with_columns(_row_checks(src), *[e.alias(name) for name, e in extra.items()])
-    opts = pl.QueryOptFlags() if is_parquet(src.path) else ALL_COLUMNS
-    with _csv_pieces(not is_parquet(src.path)):
+    if is_parquet(src.path):
         if rows is None:
-            yield lf.collect(engine="streaming", optimizations=opts)
+            yield lf.collect(engine="streaming")
         else:
-            yield from lf.collect_batches(chunk_size=rows, optimizations=opts)
+            yield from _parquet_slices(lf, src.path, rows)
+        return
+    with _csv_pieces():
+        if rows is None:
+            yield lf.collect(engine="streaming", optimizations=ALL_COLUMNS)
+        else:
+            yield from lf.collect_batches(chunk_size=rows, optimizations=ALL_COLUMNS)
+
+
+def _parquet_slices(lf: pl.LazyFrame, path: Path, rows: int) -> Iterator[pl.DataFrame]:
+    """A big Parquet file about ``rows`` rows at a time, in whole row groups, the next slice read in the
+    background while the caller works on this one. (polars' streaming reader decodes row groups ahead of a
+    slower consumer: 350 MiB in flight for a 166 MiB file; two slices are all this holds.)"""
+    import pyarrow.parquet as pq   # a dependency; its metadata tells the row groups
+
+    meta = pq.ParquetFile(path).metadata
+    cuts, run = [0], 0
+    for i in range(meta.num_row_groups):
+        run += meta.row_group(i).num_rows
+        if run - cuts[-1] >= rows or i == meta.num_row_groups - 1:
+            cuts.append(run)
+    parts = [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    pending = lf.slice(*parts[0]).collect(background=True) if parts else None
+    for k in range(len(parts)):
+        now, pending = pending, (lf.slice(*parts[k + 1]).collect(background=True) if k + 1 < len(parts) else None)
+        yield now.fetch_blocking()
 
 
 @contextlib.contextmanager
-def _csv_pieces(csv: bool) -> Iterator[None]:
+def _csv_pieces() -> Iterator[None]:
     """POLARS_CSV_CHUNK_SIZE set to CSV_PIECE while a CSV is read, unless the user set it."""
-    if not csv or "POLARS_CSV_CHUNK_SIZE" in os.environ:
+    if "POLARS_CSV_CHUNK_SIZE" in os.environ:
         yield
         return
     os.environ["POLARS_CSV_CHUNK_SIZE"] = str(CSV_PIECE)
