@@ -9,6 +9,7 @@ file that must be read again (readers.Reread) is rolled back to where its bars b
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,10 @@ class Sink:
             cols["file"] = np.full(k, file_id, dtype=np.uint32)
             cols["values"] = self._values(df)
             for name, dtype in COLUMNS:
-                np.ascontiguousarray(cols[name], dtype=dtype).tofile(self.fh[name])
+                fh = self.fh[name]
+                at = fh.tell()
+                np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
+                _start_writeback(fh, at)
         else:
             if self.n + k > len(self.cols["sym"]):
                 self._grow(self.n + k)
@@ -179,3 +183,17 @@ def drop_pages(col: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
     b = min(len(mm), -(-(len(col) if hi is None else hi) * row // page) * page)
     if b > a:
         mm.madvise(mmap.MADV_DONTNEED, a, b - a)
+
+
+def _start_writeback(fh, at: int) -> None:
+    """Start writing the bytes from ``at`` to disk now (POSIX_FADV_DONTNEED writes dirty pages back without
+    waiting; clean ones it drops): dirty pages do not pile up under a memory limit, which a cgroup (v1) may not
+    reclaim in time."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    fh.flush()
+    try:
+        advise(fh.fileno(), at, 0, os.POSIX_FADV_DONTNEED)
+    except OSError:
+        pass   # only a hint
