@@ -19,7 +19,7 @@ from .bars import Bars, calendar_positions
 from .panel import put, release
 from .sink import drop_pages
 
-STEP = 1 << 20   # bars at a time
+STEP = 1 << 16   # bars at a time: temporaries that stay in the cache
 
 
 @dataclass

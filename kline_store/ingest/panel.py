@@ -72,7 +72,12 @@ def put(block: np.ndarray, r: np.ndarray, p: np.ndarray, values: np.ndarray, giv
     ``keep_stored``, only where the bar has a value)."""
     nf = block.shape[2]
     if not keep_stored and given_fields == fields:
-        block[r, p] = values                     # one gather-scatter of whole cells (the common case)
+        if block.flags.c_contiguous:   # the common case: whole cells as one record each, one flat index
+            cell = np.dtype((np.void, 4 * nf))
+            np.put(block.view(cell).reshape(-1), r.astype(np.int64) * block.shape[1] + p,
+                   np.ascontiguousarray(values, dtype=np.float32).view(cell).reshape(-1))
+        else:
+            block[r, p] = values
         return
     src = np.asarray([given_fields.index(f) for f in fields if f in given_fields], dtype=np.intp)
     dst = np.asarray([j for j, f in enumerate(fields) if f in given_fields], dtype=np.intp)

@@ -170,14 +170,9 @@ def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterato
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src) if src.typed else None
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
-    date = pl.col(src.date_column)
-    local = temporal(date, src.schema[src.date_column]) \
-        if src.date_column in src.schema and src.time_column is None else None
-    if local is not None:              # a Parquet date or timestamp column
-        keep.append(local.alias("_date_fast"))
-    elif fmt is not None and fmt != YYYYMMDD:
-        keep.append((date.str.to_date(fmt, strict=False).cast(TIME) if "%H" not in fmt
-                     else date.str.strptime(TIME, fmt, strict=False)).alias("_date_fast"))
+    fast = _fast_date(src, fmt)
+    if fast is not None:
+        keep.append(fast.alias("_date_fast"))
     if src.time_column is not None:
         keep.append(pl.col(src.time_column).alias("_time_raw"))
     lf = finish_values(_scan(src, text_only=not src.typed, date_fmt=fmt).select(
@@ -194,6 +189,22 @@ def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterato
             yield lf.collect(engine="streaming", optimizations=ALL_COLUMNS)
         else:
             yield from lf.collect_batches(chunk_size=rows, optimizations=ALL_COLUMNS)
+
+
+def _fast_date(src: Source, fmt: str | None) -> pl.Expr | None:
+    """The stamps as polars reads them, for dates of a form it parses as dates.parse_dates would (null where a
+    cell is not of that form: _fast_dates then leaves the chunk to parse_dates); None for the other forms."""
+    date = pl.col(src.date_column)
+    if src.time_column is not None:    # a stamp joined from two columns: clock.py, after the read
+        return None
+    if src.date_column in src.schema:  # a Parquet date or timestamp column
+        return temporal(date, src.schema[src.date_column])
+    if fmt == YYYYMMDD:                # read as integers: a date of their digits
+        return date.cast(pl.String).str.to_date("%Y%m%d", strict=False).cast(TIME)
+    if fmt is not None:
+        return date.str.to_date(fmt, strict=False).cast(TIME) if "%H" not in fmt else \
+            date.str.strptime(TIME, fmt, strict=False)
+    return None
 
 
 def _parquet_slices(lf: pl.LazyFrame, path: Path, rows: int) -> Iterator[pl.DataFrame]:

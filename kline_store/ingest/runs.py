@@ -18,7 +18,7 @@ import numpy as np
 from ..store import timeaxis as TA
 from .sink import drop_pages
 
-STEP = 1 << 20            # bars looked at per chunk
+STEP = 1 << 16            # bars looked at per chunk: temporaries that stay in the cache
 MAX_TABLE = 1 << 26       # groups marked in a table up to this many (one byte each); a list of run keys beyond
 
 Slice = Callable[[int, int], np.ndarray]   # (lo, hi) -> int64 values of bars lo..hi-1

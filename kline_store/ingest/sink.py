@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..store import timeaxis as TA
 from .inputs import location
 
+BLOCK = 1 << 16   # rows worked on at a time for the stamps (temporaries that stay in the cache)
 COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
            ("values", np.float32))
 
@@ -77,40 +78,48 @@ class Sink:
         return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
 
     def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
-        ms = df["date"].cast(pl.Int64).to_numpy()
-        minute = ms // 60_000
-        if (minute * 60_000 != ms).any():
-            i = int(np.flatnonzero(minute * 60_000 != ms)[0])
-            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
-                             f"bars are whole minutes (1 minute or longer)")
-        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
-        tod = minute % TA.MINUTES_PER_DAY
-        seen[tod] = True
-        self.stamps.append(distinct_stamps(minute, tod))
-        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
-        # within a day. Decided per file: two daily files may well stamp their days differently.
-        self.intraday |= int(np.count_nonzero(seen)) > 1
         k = df.height
-        cols = {"sym": self.symbol_codes(df["symbol"]), "minute": minute, "row": df["_row"].to_numpy()}
+        if not self.fh and self.n + k > len(self.cols["sym"]):
+            self._grow(self.n + k)
+        lo, hi = self.n, self.n + k
+        minute = self.cols["minute"][lo:hi] if not self.fh else np.empty(k, dtype=np.int64)
+        self._stamps(df, minute, file_id, path)
+        sym, row = self.symbol_codes(df["symbol"]), df["_row"].to_numpy()
         if self.fh:
-            cols["file"] = np.full(k, file_id, dtype=np.uint32)
-            cols["values"] = self._values(df)
+            cols = {"sym": sym, "minute": minute, "row": row, "file": np.full(k, file_id, dtype=np.uint32),
+                    "values": self._values(df)}
             for name, dtype in COLUMNS:
                 fh = self.fh[name]
                 at = fh.tell()
                 np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
                 _start_writeback(fh, at)
         else:
-            if self.n + k > len(self.cols["sym"]):
-                self._grow(self.n + k)
-            lo, hi = self.n, self.n + k
-            for name in ("sym", "minute", "row"):
-                self.cols[name][lo:hi] = cols[name]
+            self.cols["sym"][lo:hi] = sym
+            self.cols["row"][lo:hi] = row
             self.cols["file"][lo:hi] = file_id
             out = self.cols["values"][lo:hi]
             for j, f in enumerate(self.fields):   # straight into place: no [rows, fields] copy in between
                 out[:, j] = df[f].to_numpy() if f in df.columns else np.nan
         self.n += k
+
+    def _stamps(self, df: pl.DataFrame, minute: np.ndarray, file_id: int, path: Path) -> None:
+        """Each row's stamp in minutes into ``minute``; the file's times of day and the chunk's distinct stamps
+        noted. A block of rows at a time: its temporaries stay in the cache."""
+        ms = df["date"].cast(pl.Int64).to_numpy()
+        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
+        for a in range(0, len(ms), BLOCK):
+            m, given = minute[a: a + BLOCK], ms[a: a + BLOCK]
+            np.floor_divide(given, 60_000, out=m)
+            if (m * 60_000 != given).any():
+                i = a + int(np.flatnonzero(m * 60_000 != given)[0])
+                raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
+                                 f"seconds; bars are whole minutes (1 minute or longer)")
+            tod = m % TA.MINUTES_PER_DAY
+            seen[tod] = True
+            self.stamps.append(distinct_stamps(m, tod))
+        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
+        # within a day. Decided per file: two daily files may well stamp their days differently.
+        self.intraday |= int(np.count_nonzero(seen)) > 1
 
     def _values(self, df: pl.DataFrame) -> np.ndarray:
         return df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
