@@ -171,7 +171,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     try:
         for i in range(len(sources)):
             while True:
-                before = (sink.mark(), n_empty, copy.deepcopy(problems))
+                before = (sink.mark(i), n_empty, copy.deepcopy(problems))
                 try:
                     rows, n_empty, problems = _read_file(sources[i], i, sink, files, n_empty, problems, prog,
                                                          skip_bad, skipped, failed)

@@ -31,9 +31,8 @@ class Mark:
 
     n: int
     names: int
-    times_of_day: dict[int, np.ndarray]
+    file_id: int
     intraday: bool
-    stamps: int
 
 
 class Sink:
@@ -55,7 +54,7 @@ class Sink:
         self.n = 0
         self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
         self.intraday = False
-        self.stamps: list[np.ndarray] = []               # per chunk: its distinct stamps (the calendar's keys)
+        self.stamps = StampSet()                         # the distinct stamps: the calendar's keys
 
     def _alloc(self, n: int) -> dict[str, np.ndarray]:
         nf = len(self.fields)
@@ -116,7 +115,7 @@ class Sink:
                                  f"seconds; bars are whole minutes (1 minute or longer)")
             tod = m % TA.MINUTES_PER_DAY
             seen[tod] = True
-            self.stamps.append(distinct_stamps(m, tod))
+            self.stamps.add(m)
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
         # within a day. Decided per file: two daily files may well stamp their days differently.
         self.intraday |= int(np.count_nonzero(seen)) > 1
@@ -131,17 +130,17 @@ class Sink:
             new[name][: self.n] = self.cols[name][: self.n]
         self.cols = new
 
-    def mark(self) -> Mark:
-        return Mark(self.n, len(self.names), {k: v.copy() for k, v in self.times_of_day.items()}, self.intraday,
-                    len(self.stamps))
+    def mark(self, file_id: int) -> Mark:
+        """The state before file ``file_id``'s bars."""
+        return Mark(self.n, len(self.names), file_id, self.intraday)
 
     def rollback(self, m: Mark) -> None:
         """Forget the bars added since ``m`` (a file read again from its start)."""
         for name in self.names[m.names:]:
             del self.code[name]
         del self.names[m.names:]
-        self.times_of_day, self.intraday = m.times_of_day, m.intraday
-        del self.stamps[m.stamps:]
+        self.times_of_day.pop(m.file_id, None)
+        self.intraday = m.intraday
         if self.fh:
             for name, dtype in COLUMNS:
                 width = np.dtype(dtype).itemsize * (len(self.fields) if name == "values" else 1)
@@ -149,6 +148,11 @@ class Sink:
                 self.fh[name].seek(m.n * width)
                 self.fh[name].truncate()
         self.n = m.n
+        self.stamps = StampSet()       # marked again from the bars kept (a rare path: no copy at every file)
+        minute = (np.fromfile(f"{self.spill}.minute", dtype=np.int64, count=m.n) if self.fh
+                  else self.cols["minute"][: m.n])
+        for a in range(0, m.n, BLOCK):
+            self.stamps.add(minute[a: a + BLOCK])
 
     def columns(self) -> dict[str, np.ndarray]:
         nf = len(self.fields)
@@ -165,19 +169,52 @@ class Sink:
 
     def distinct(self) -> np.ndarray:
         """The distinct stamps of the bars (minutes, sorted)."""
-        return TA.unique_keys(np.concatenate(self.stamps)) if self.stamps else np.zeros(0, dtype=np.int64)
+        return self.stamps.values()
 
     def close(self) -> None:
         for fh in (self.fh or {}).values():
             fh.close()
 
 
-def distinct_stamps(minute: np.ndarray, tod: np.ndarray) -> np.ndarray:
-    """The distinct stamps of a chunk: its distinct days at its one time of day (daily bars), else its distinct
-    minutes."""
-    if len(tod) and tod.min() == tod.max():
-        return TA.unique_keys(minute // TA.MINUTES_PER_DAY) * TA.MINUTES_PER_DAY + int(tod[0])
-    return TA.unique_keys(minute)
+class StampSet:
+    """Distinct stamps (minutes), marked in a table over their span, which grows as stamps arrive (a byte per
+    minute: 10 MiB for 20 years); beyond MAX_SPAN, each block's distinct stamps are kept instead."""
+
+    MAX_SPAN = 1 << 26
+
+    def __init__(self) -> None:
+        self.lo = 0
+        self.table: np.ndarray | None = None
+        self.parts: list[np.ndarray] = []
+
+    def add(self, m: np.ndarray) -> None:
+        if not len(m):
+            return
+        a, b = int(m.min()), int(m.max())
+        t = self.table
+        if t is None and self.parts:
+            self.parts.append(TA.unique_keys(m))
+            return
+        if t is None or a < self.lo or b >= self.lo + len(t):
+            lo = a if t is None else min(a, self.lo)
+            hi = b if t is None else max(b, self.lo + len(t) - 1)
+            if hi - lo >= self.MAX_SPAN:
+                if t is not None:
+                    self.parts.append(np.flatnonzero(t) + self.lo)
+                self.table = None
+                self.parts.append(TA.unique_keys(m))
+                return
+            room = (hi - lo + 1) // 2 if t is not None else 0   # grown with room: amortised
+            new = np.zeros(hi - lo + 1 + room, dtype=bool)
+            if t is not None:
+                new[self.lo - lo: self.lo - lo + len(t)] = t
+            self.table, self.lo = new, lo
+        self.table[m - self.lo] = True
+
+    def values(self) -> np.ndarray:
+        if self.table is not None:
+            return np.flatnonzero(self.table) + self.lo
+        return TA.unique_keys(np.concatenate(self.parts)) if self.parts else np.zeros(0, dtype=np.int64)
 
 
 def drop_pages(col: np.ndarray, lo: int = 0, hi: int | None = None) -> None:

@@ -229,3 +229,45 @@ def test_big_parquet_slices_match_whole_read(tmp_path, monkeypatch):
     ).write_parquet(bad, row_group_size=300)
     with pytest.raises(InputError, match="row 3001: column 'close': non-numeric value 'oops'"):
         list(readers.iter_chunks(inspect_source(bad), chunk_bytes=4096))
+
+
+def test_a_file_read_again_from_its_start(tmp_path, monkeypatch):
+    """Words that mean "missing" after the first chunk, and GBK text after an ASCII first block: the file is read
+    again on the text path or as GB18030 (readers.Reread) and its bars are those of a read in one go."""
+    import importlib
+
+    from kline_store.ingest import readers, textscan
+    from kline_store.ingest.bars import read_bars
+    bars = importlib.import_module("kline_store.ingest.bars")
+    lines = ["ts_code,trade_date,close,vol,name"] + [f"S{i % 7},{20200101 + i % 28},{i}.5,{i},abc"
+                                                     for i in range(5000)]
+    na = write(tmp_path / "na.csv", "\n".join(lines[:4000] + ["S1,20200105,NA,1,abc"] + lines[4000:]) + "\n")
+    gbk = tmp_path / "gbk.csv"
+    gbk.write_bytes(("\n".join(lines) + "\nS1,20200105,1.5,2,平安银行\n").encode("gbk"))
+    whole = {p: read_bars([p]) for p in (na, gbk)}
+    monkeypatch.setattr(readers, "WHOLE_FILE", 0)
+    monkeypatch.setattr(bars, "PIECES_FROM", 0)
+    monkeypatch.setattr(bars, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(textscan, "BLOCK", 4096)          # the GBK name lies past the first block
+    for p, want in whole.items():
+        got = read_bars([p])
+        assert got.sources[0]["encoding"] == want.sources[0]["encoding"]
+        assert sorted(got.names) == sorted(want.names) and len(got) == len(want) == (5000 if p == na else 5001)
+        np.testing.assert_array_equal(np.asarray(got.names)[got.sym], np.asarray(want.names)[want.sym])
+        for col in ("minute", "row", "values"):
+            np.testing.assert_array_equal(getattr(got, col), getattr(want, col))
+        assert sorted(got.stamps) == sorted(want.stamps)
+    assert whole[gbk].sources[0]["encoding"] == "gb18030"
+
+
+def test_stamp_set_marks_what_unique_finds(monkeypatch):
+    from kline_store.ingest.sink import StampSet
+    rng = np.random.default_rng(1)
+    for span in (50, 10 ** 6):
+        monkeypatch.setattr(StampSet, "MAX_SPAN", span)
+        s, seen = StampSet(), []
+        for _ in range(20):
+            block = rng.integers(-500, 500, rng.integers(0, 40)) * int(rng.choice([1, 1440])) + int(rng.integers(-10**5, 10**5))
+            s.add(block)
+            seen.append(block)
+        assert s.values().tolist() == np.unique(np.concatenate(seen)).tolist()
