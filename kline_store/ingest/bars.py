@@ -28,7 +28,10 @@ from .sources import expected_rows
 from .validate import Problem, flagged_problems, merge_problems, quality_flags
 
 EPOCH = np.datetime64("1970-01-01", "D")
-PIECES_FROM = 64 << 20   # a CSV above this size is parsed in pieces of PIECE_BYTES, so the reading bar moves
+# A file above PIECES_FROM bytes is read in pieces of PIECE_BYTES: polars reads ahead while a piece is checked
+# and stored, and the reading bar moves. A CSV up to CHECKS_FIRST bytes is checked whole before its first piece.
+PIECES_FROM = 4 << 20
+CHECKS_FIRST = 64 << 20
 PIECE_BYTES = CHUNK_BYTES
 
 
@@ -259,7 +262,7 @@ class _Share:
 def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None,
                     extra: dict | None = None):
     """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
-    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM, extra=extra)
+    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM, extra=extra, settle=CHECKS_FIRST)
     try:
         first = next(it)
     except StopIteration:

@@ -41,8 +41,8 @@ ALL_COLUMNS = pl.QueryOptFlags(projection_pushdown=False)
 
 
 class Reread(Exception):
-    """The file must be read again from its start as ``source`` says; the chunks already handed out are void
-    (its text turned out to be GB18030, or its numbers need the text path)."""
+    """The file must be read again from its start as ``source`` says; the chunks already handed out, if any, are
+    void (its text turned out to be GB18030, or its numbers need the text path)."""
 
     def __init__(self, source: Source) -> None:
         super().__init__(str(source.path))
@@ -72,7 +72,8 @@ def read_source(src: Source) -> pl.DataFrame:
 
 
 def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[float], None] | None = None,
-                whole: int | None = None, extra: dict[str, pl.Expr] | None = None) -> Iterator[pl.DataFrame]:
+                whole: int | None = None, extra: dict[str, pl.Expr] | None = None, settle: int | None = None
+                ) -> Iterator[pl.DataFrame]:
     """The rows of one file, normalised, in chunks of about ``chunk_bytes`` (one chunk for small files).
 
     Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
@@ -80,30 +81,34 @@ def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[flo
 
     ``done``: called with the share of the file read so far (0..1) after each chunk, for progress;
     ``whole``: files up to this many bytes (default WHOLE_FILE) are read as one chunk;
-    ``extra``: columns to compute as the file is read (over the normalised values, before any row is dropped).
+    ``extra``: columns to compute as the file is read (over the normalised values, before any row is dropped);
+    ``settle``: a CSV up to this many bytes (default ``whole``) is checked whole before its first chunk is handed
+    out (so an error there comes before any chunk); a bigger one's checks end while its chunks come.
 
     Raises:
         InputError: the file is not readable bars, said in one line.
-        Reread: after chunks were handed out, the file must be read again as the exception's source says.
+        Reread: the file must be read again as the exception's source says (its text is GB18030, or after
+            chunks were handed out, its numbers need the text path).
     """
-    return _read(src, chunk_bytes, done, WHOLE_FILE if whole is None else whole, True, extra or {})
+    whole = WHOLE_FILE if whole is None else whole
+    return _read(src, chunk_bytes, done, whole, True, extra or {}, whole if settle is None else settle)
 
 
 def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, whole: int, checks: bool,
-          extra: dict[str, pl.Expr]) -> Iterator[pl.DataFrame]:
+          extra: dict[str, pl.Expr], settle: int) -> Iterator[pl.DataFrame]:
     size = _size(src)
     rows = None if size <= max(chunk_bytes, whole) else max(1, int(chunk_bytes / max(src.row_bytes, 1.0)))
+    first_waits = rows is None or size <= settle
     check = _start_checks(src) if checks else None
     n = 0
     try:
         try:
             for df in _frames(src, rows, extra):
-                if rows is None and check is not None:
+                if first_waits and check is not None:
                     again = _settle(check, src)     # a small file waits for the checks: theirs is the first word
                     check = None
                     if again is not None:
-                        yield from _read(again, chunk_bytes, done, whole, True, extra)
-                        return
+                        raise Reread(again)
                 if df.height:
                     n += df.height
                     last = int(df["_row"][-1]) + 1
@@ -114,10 +119,7 @@ def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, w
             again = _settle(check, src)
             check = None
             if again is not None:
-                if n:
-                    raise Reread(again) from None
-                yield from _read(again, chunk_bytes, done, whole, True, extra)
-                return
+                raise Reread(again) from None
             if isinstance(exc, InputError):
                 raise
             if not src.typed:
@@ -126,14 +128,11 @@ def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, w
             text = dataclasses.replace(src, typed=False)
             if n:
                 raise Reread(text) from None
-            yield from _read(text, chunk_bytes, done, whole, False, extra)
+            yield from _read(text, chunk_bytes, done, whole, False, extra, settle)
             return
         again = _settle(check, src)
         if again is not None:
-            if n:
-                raise Reread(again)
-            yield from _read(again, chunk_bytes, done, whole, True, extra)
-            return
+            raise Reread(again)
     except OSError as exc:
         raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
     finally:

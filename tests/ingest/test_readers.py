@@ -245,10 +245,11 @@ def test_a_file_read_again_from_its_start(tmp_path, monkeypatch):
     gbk = tmp_path / "gbk.csv"
     gbk.write_bytes(("\n".join(lines) + "\nS1,20200105,1.5,2,平安银行\n").encode("gbk"))
     whole = {p: read_bars([p]) for p in (na, gbk)}
+    monkeypatch.setattr(textscan, "BLOCK", 4096)          # the GBK name lies past the first block
+    assert read_bars([gbk]).sources[0]["encoding"] == "gb18030"     # one chunk: found before it is handed out
     monkeypatch.setattr(readers, "WHOLE_FILE", 0)
     monkeypatch.setattr(bars, "PIECES_FROM", 0)
     monkeypatch.setattr(bars, "PIECE_BYTES", 4096)
-    monkeypatch.setattr(textscan, "BLOCK", 4096)          # the GBK name lies past the first block
     for p, want in whole.items():
         got = read_bars([p])
         assert got.sources[0]["encoding"] == want.sources[0]["encoding"]
