@@ -24,6 +24,7 @@ import polars as pl
 
 from . import adjust, clock, columns as C, textscan
 from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal
+from .. import memory
 from ..errors import InputError
 from .inputs import is_parquet, location, symbol_from_name
 from .sources import YYYYMMDD, Source, _one_line, _scan, inspect_source, sniff_date_format
@@ -38,6 +39,7 @@ CSV_PIECE = 4 << 20
 WHOLE_FILE = 256 << 20   # files up to this size are read as one chunk (a caller may lower it, see ``whole``)
 # Every column of a CSV is parsed, no projection: polars rejects a line with more fields than the header only then.
 ALL_COLUMNS = pl.QueryOptFlags(projection_pushdown=False)
+STREAM_MEMORY = 2 << 30  # a big Parquet file is read in slices when less memory than this is available
 
 
 class Reread(Exception):
@@ -180,8 +182,10 @@ def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterato
     if is_parquet(src.path):
         if rows is None:
             yield lf.collect(engine="streaming")
-        else:
+        elif memory.available().nbytes < STREAM_MEMORY:
             yield from _parquet_slices(lf, src.path, rows)
+        else:
+            yield from lf.collect_batches(chunk_size=rows)
         return
     with _csv_pieces():
         if rows is None:
@@ -208,8 +212,8 @@ def _fast_date(src: Source, fmt: str | None) -> pl.Expr | None:
 
 def _parquet_slices(lf: pl.LazyFrame, path: Path, rows: int) -> Iterator[pl.DataFrame]:
     """A big Parquet file about ``rows`` rows at a time, in whole row groups, the next slice read in the
-    background while the caller works on this one. (polars' streaming reader decodes row groups ahead of a
-    slower consumer: 350 MiB in flight for a 166 MiB file; two slices are all this holds.)"""
+    background while the caller works on this one: two slices in memory (polars' streaming reader, faster,
+    decodes row groups ahead of a slower consumer: up to 400 MiB in flight)."""
     import pyarrow.parquet as pq   # a dependency; its metadata tells the row groups
 
     meta = pq.ParquetFile(path).metadata

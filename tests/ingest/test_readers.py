@@ -209,8 +209,10 @@ def test_a_list_typed_parquet_column_is_named(tmp_path):
     assert s.dropped == ["tags"] and read_source(s)["close"][0] == 1.0
 
 
-def test_big_parquet_slices_match_whole_read(tmp_path, monkeypatch):
-    """A Parquet file read in slices of whole row groups gives the same rows and row numbers as in one go."""
+@pytest.mark.parametrize("tight", [True, False])
+def test_big_parquet_slices_match_whole_read(tmp_path, monkeypatch, tight):
+    """A Parquet file read in slices of whole row groups (memory tight) or by polars' streaming reader gives the
+    same rows and row numbers as in one go."""
     from kline_store.ingest import readers
     n = 5000
     df = pl.DataFrame({"ts_code": [f"S{i % 7}" for i in range(n)], "trade_date": [20200101 + i % 28 for i in range(n)],
@@ -220,6 +222,7 @@ def test_big_parquet_slices_match_whole_read(tmp_path, monkeypatch):
     src = inspect_source(p)
     whole = list(readers.iter_chunks(src, chunk_bytes=1 << 30))
     monkeypatch.setattr(readers, "WHOLE_FILE", 0)
+    monkeypatch.setattr(readers, "STREAM_MEMORY", 1 << 62 if tight else 0)
     parts = list(readers.iter_chunks(src, chunk_bytes=4096))
     assert len(whole) == 1 and len(parts) > 5
     assert pl.concat(parts).equals(whole[0])
