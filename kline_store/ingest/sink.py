@@ -9,7 +9,6 @@ file that must be read again (readers.Reread) is rolled back to where its bars b
 from __future__ import annotations
 
 import mmap
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
-from ..store import timeaxis as TA
+from ..store import safefs, timeaxis as TA
 from .inputs import location
 
 BLOCK = 1 << 16   # rows worked on at a time for the stamps (temporaries that stay in the cache)
@@ -232,14 +231,7 @@ def drop_pages(col: np.ndarray, lo: int = 0, hi: int | None = None) -> None:
 
 
 def _start_writeback(fh, at: int) -> None:
-    """Start writing the bytes from ``at`` to disk now (POSIX_FADV_DONTNEED writes dirty pages back without
-    waiting; clean ones it drops): dirty pages do not pile up under a memory limit, which a cgroup (v1) may not
-    reclaim in time."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None:
-        return
+    """Start writing the bytes from ``at`` to disk now: dirty pages do not pile up under a memory limit, which a
+    cgroup (v1) may not reclaim in time."""
     fh.flush()
-    try:
-        advise(fh.fileno(), at, 0, os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass   # only a hint
+    safefs.start_writeback(fh.fileno(), at, fh.tell() - at)

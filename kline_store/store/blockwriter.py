@@ -2,18 +2,19 @@
 
 The caller takes a block buffer (NaN-filled), fills it and hands it back with its first row; a thread writes it
 (pwrite and row checksums, writer.NewGeneration.write), asks the kernel to start writing those pages to disk
-(so the final fsync has little left to wait for) and returns the buffer for reuse. A few buffers take turns:
+(so the final fsync has little left to wait for; they stay cached for an append that follows) and returns the
+buffer for reuse. A few buffers take turns:
 the memory is bounded by them, and no block is allocated afresh.
 """
 
 from __future__ import annotations
 
-import os
 import queue
 import threading
 
 import numpy as np
 
+from . import safefs
 from .writer import NewGeneration
 
 BUFFERS = 2
@@ -89,12 +90,6 @@ class BlockWriter:
 
 
 def _start_writeback(gen: NewGeneration, lo: int, rows: int) -> None:
-    """Ask the kernel to start writing rows ``lo ..`` to disk now (POSIX_FADV_DONTNEED writes dirty pages back
-    without waiting, then drops the clean ones): the fsync at the end then waits for little."""
-    advise = getattr(os, "posix_fadvise", None)
-    if advise is None or gen.fd is None:
-        return
-    try:
-        advise(gen.fd, lo * gen.stride, rows * gen.stride, os.POSIX_FADV_DONTNEED)
-    except OSError:
-        pass   # only a hint
+    """Start writing rows ``lo ..`` to disk now: the fsync at the end then waits for little."""
+    if gen.fd is not None:
+        safefs.start_writeback(gen.fd, lo * gen.stride, rows * gen.stride)
