@@ -12,9 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Iterable, Iterator, TextIO, TypeVar
-
-from tqdm import tqdm
+from typing import Any, Iterable, Iterator, TextIO, TypeVar
 
 DELAY = 1.0    # seconds before a bar appears on a terminal
 
@@ -48,8 +46,20 @@ def silenced(yes: bool = True) -> Iterator[None]:
         _silenced -= int(yes)
 
 
-class _Bar(tqdm):
-    monitor_interval = 0   # no monitor thread: a bar is refreshed by its own updates only
+_BAR: Any = None
+
+
+def _bar_class() -> Any:
+    """tqdm, imported when a phase first shows (a quiet run does without its import)."""
+    global _BAR
+    if _BAR is None:
+        from tqdm import tqdm
+
+        class _Bar(tqdm):
+            monitor_interval = 0   # no monitor thread: a bar is refreshed by its own updates only
+
+        _BAR = _Bar
+    return _BAR
 
 
 class _Lines:
@@ -84,17 +94,23 @@ class Progress:
                  scale: bool = False) -> None:
         on = not _silenced if enabled is None else enabled
         err = sys.stderr
-        tty = err is not None and err.isatty()
+        self._bar: Any = None
+        self._lines = None
+        self._note = ""
+        if not on or err is None:
+            return                         # nothing to show: no bar at all
+        tty = err.isatty()
         self._lines = None if tty else _Lines(err)
         style = ({"file": err, "delay": DELAY, "mininterval": 0.2, "leave": False, "dynamic_ncols": True} if tty
                  else {"file": self._lines, "delay": LOG_EVERY, "mininterval": LOG_EVERY, "leave": True,
                        "bar_format": LOG_FORMAT if total else LOG_FORMAT_OPEN})
-        self._bar = _Bar(total=total or None, desc=label, unit=unit or "it", unit_scale=scale,
-                         unit_divisor=1024, miniters=0, disable=not on or err is None, **style)
-        self._note = ""
+        self._bar = _bar_class()(total=total or None, desc=label, unit=unit or "it", unit_scale=scale,
+                                 unit_divisor=1024, miniters=0, **style)
 
     def step(self, n: int = 1, note: str = "") -> None:
         """``n`` more units done; ``note`` (the file being read, ...) shown after the count."""
+        if self._bar is None:
+            return
         if note and note != self._note:
             self._note = note
             self._bar.set_postfix_str(note[:60], refresh=False)
@@ -102,7 +118,9 @@ class Progress:
 
     def close(self) -> None:
         bar, lines = self._bar, self._lines
-        if lines is not None and not bar.disable and not lines.last and bar.format_dict["elapsed"] >= LOG_EVERY:
+        if bar is None:
+            return
+        if lines is not None and not lines.last and bar.format_dict["elapsed"] >= LOG_EVERY:
             bar.refresh()     # a phase that ran long in one step still leaves its line in the log
         bar.close()
 
@@ -115,7 +133,7 @@ class Progress:
 
 def say(text: str, err: bool = True) -> None:
     """Print a line (stderr, or stdout with ``err=False``) without tearing a bar that is on the terminal."""
-    _Bar.write(text, file=sys.stderr if err else sys.stdout)
+    _bar_class().write(text, file=sys.stderr if err else sys.stdout)
 
 
 def track(items: Iterable[T], label: str, total: int | None = None, unit: str = "") -> Iterator[T]:

@@ -6,6 +6,7 @@ bars of a big input spill into column files the caller names (in the store's sta
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,17 +15,23 @@ from typing import Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, exchanges as XC
+from . import adjust, columns as C, exchanges as XC, runs
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
+from .. import memory
 from ..progress import Progress
-from .readers import CHUNK_BYTES, Source, inspect_source, iter_chunks
-from .validate import Problem, merge_problems, quality_problems
+from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks
+from .sink import Sink
+from .sources import expected_rows
+from .validate import Problem, flagged_problems, merge_problems, quality_flags
 
 EPOCH = np.datetime64("1970-01-01", "D")
-PIECES_FROM = 64 << 20   # a CSV above this size is parsed in pieces of PIECE_BYTES, so the reading bar moves
+# A file above PIECES_FROM bytes is read in pieces of PIECE_BYTES: polars reads ahead while a piece is checked
+# and stored, and the reading bar moves. A CSV up to CHECKS_FIRST bytes is checked whole before its first piece.
+PIECES_FROM = 4 << 20
+CHECKS_FIRST = 64 << 20
 PIECE_BYTES = CHUNK_BYTES
 
 
@@ -51,6 +58,7 @@ class Bars:
     intraday: bool = False                # some file carries more than one time of day
     skipped: list[tuple[str, str]] = field(default_factory=list)   # --skip-bad: (file, why) left out
     notes: list[str] = field(default_factory=list)                  # what the ingest reports besides (calnote)
+    stamps: np.ndarray | None = None      # the distinct stamps (minutes, sorted), when the reader kept them
 
     def __len__(self) -> int:
         return len(self.sym)
@@ -60,6 +68,17 @@ class Bars:
         return Bars(self.names, self.sym[mask], self.minute[mask], self.file[mask], self.row[mask],
                     self.values[mask], self.fields, self.files, self.sources, self.problems,
                     self.skipped_empty, self.dropped_columns, self.intraday, self.skipped)
+
+    @property
+    def span(self) -> tuple[int, int] | None:
+        """The first and last stamp (minutes), when the reader kept the distinct stamps."""
+        return (int(self.stamps[0]), int(self.stamps[-1])) if self.stamps is not None and len(self.stamps) else None
+
+    def distinct_keys(self, unit: str) -> np.ndarray:
+        """The distinct keys of the bars on a time axis of ``unit`` (sorted)."""
+        if self.stamps is None:
+            return TA.unique_keys(self.keys(unit))
+        return TA.unique_keys(self.stamps // TA.MINUTES_PER_DAY) if unit == "D" else self.stamps
 
     def keys(self, unit: str) -> np.ndarray:
         """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
@@ -107,91 +126,6 @@ class Bars:
                          f"times ({', '.join(self.where(i) for i in hits[:4])}); {n_dup} duplicate(s) in all{hint}")
 
 
-COLUMNS = (("sym", np.uint32), ("minute", np.int64), ("file", np.uint32), ("row", np.uint32),
-           ("values", np.float32))
-
-
-class _Sink:
-    """Collects normalised chunks as flat columns: in memory, or appended to one spill file per column.
-
-    Column files (not records) so that a pass over one column touches only that column's pages.
-    """
-
-    def __init__(self, fields: list[str], spill: Path | None) -> None:
-        self.fields = fields
-        self.spill = spill
-        self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
-        self.parts: dict[str, list[np.ndarray]] = {name: [] for name, _ in COLUMNS}
-        self.names: list[str] = []
-        self.code: dict[str, int] = {}
-        self.n = 0
-        self.times_of_day: dict[int, np.ndarray] = {}   # per file: the times of day seen
-        self.intraday = False
-
-    def _intern(self, name: str) -> int:
-        code = self.code.get(name)
-        if code is None:
-            code = self.code[name] = len(self.names)
-            self.names.append(name)
-        return code
-
-    def symbol_codes(self, col: pl.Series) -> np.ndarray:
-        """Code of each row's symbol. Files are mostly grouped by symbol: map runs, not rows."""
-        starts = np.flatnonzero((col != col.shift(1)).fill_null(True).to_numpy())
-        if len(starts) * 8 < len(col):
-            codes = np.asarray([self._intern(n) for n in col.gather(starts).to_list()], dtype=np.uint32)
-            return np.repeat(codes, np.diff(np.append(starts, len(col))))
-        uniq = col.unique().to_list()
-        return col.replace_strict(uniq, [self._intern(u) for u in uniq], return_dtype=pl.UInt32).to_numpy()
-
-    def add(self, df: pl.DataFrame, file_id: int, path: Path) -> None:
-        ms = df["date"].cast(pl.Int64).to_numpy()
-        minute, rest = np.divmod(ms, 60_000)
-        if rest.any():
-            i = int(np.flatnonzero(rest)[0])
-            raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has seconds; "
-                             f"bars are whole minutes (1 minute or longer)")
-        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
-        seen[np.unique(minute % TA.MINUTES_PER_DAY)] = True
-        # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
-        # within a day. Decided per file: two daily files may well stamp their days differently.
-        self.intraday |= int(np.count_nonzero(seen)) > 1
-        cols = {
-            "sym": self.symbol_codes(df["symbol"]),
-            "minute": minute,
-            "file": np.full(df.height, file_id, dtype=np.uint32),
-            "row": df["_row"].to_numpy(),
-            "values": df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
-                                 for f in self.fields]).to_numpy(order="c"),
-        }
-        for name, dtype in COLUMNS:
-            arr = np.ascontiguousarray(cols[name], dtype=dtype)
-            if self.fh:
-                arr.tofile(self.fh[name])
-            else:
-                self.parts[name].append(arr)
-        self.n += df.height
-
-    def columns(self) -> dict[str, np.ndarray]:
-        nf = len(self.fields)
-        out = {}
-        for name, dtype in COLUMNS:
-            shape = (self.n, nf) if name == "values" else (self.n,)
-            if self.fh:
-                self.fh[name].close()
-                out[name] = (np.memmap(f"{self.spill}.{name}", dtype=dtype, mode="r", shape=shape)
-                             if self.n else np.empty(shape, dtype))
-            elif len(self.parts[name]) == 1:
-                out[name] = self.parts[name][0]          # one chunk (most files): no copy
-            else:
-                out[name] = (np.concatenate(self.parts[name]) if self.parts[name] else np.empty(shape, dtype))
-        return out
-
-    def close(self) -> None:
-        for fh in (self.fh or {}).values():
-            fh.close()
-
-
 def input_fields(sources: list[Source]) -> list[str]:
     """The union of the fields the sources' frames carry, in store order."""
     return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
@@ -204,7 +138,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
-        spill: a file to spill the bars to (bounded memory for big inputs); None keeps them in memory.
+        spill: where to spill the bars when they are big (see :func:`spills`); None keeps them in memory.
         na: cell values that mean "missing" besides the usual ones (``--na``).
         skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
             ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
@@ -227,7 +161,10 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
                          f"(columns of {files[0].name}: {C.preview(sources[0].columns)})")
     fields = [f for f in input_fields(sources) if any(f in s.fields for s in sources)]
-    sink = _Sink(fields, spill)
+    expect = sum(expected_rows(s) for s in sources)
+    if spill is not None and not spills(files, expect, len(fields)):
+        spill = None
+    sink = Sink(fields, spill, 0 if spill else expect)
     problems: list[Problem] = []
     n_empty = 0
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
@@ -235,22 +172,18 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     rows_per_file = []
     failed: set[int] = set()
     try:
-        for i, src in enumerate(sources):
-            rows = 0
-            prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
-            share = _Share(prog, src.path)
-            for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share):
-                rows += df.height
-                empty = df.select(pl.all_horizontal([pl.col(c).is_null() for c in prices]).alias("e"))["e"]
-                if empty.any():
-                    n_empty += int(empty.sum())
-                    df = df.filter(~empty)
-                df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
-                problems = merge_problems(problems, quality_problems(df, files))
-                sink.add(adjust.clean(df), i, src.path)
-                prog.step(0, note=f"{src.path.name}: {rows:,} rows")
+        for i in range(len(sources)):
+            while True:
+                before = (sink.mark(i), n_empty, copy.deepcopy(problems))
+                try:
+                    rows, n_empty, problems = _read_file(sources[i], i, sink, files, n_empty, problems, prog,
+                                                         skip_bad, skipped, failed)
+                    break
+                except Reread as again:     # its text is GB18030, or its numbers need the text path: again
+                    sink.rollback(before[0])
+                    n_empty, problems = before[1], before[2]
+                    sources[i] = again.source
             rows_per_file.append(rows)
-            share.finish()
     finally:
         prog.close()
         sink.close()
@@ -266,7 +199,39 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     bars = Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
+    bars.stamps = sink.distinct()
     return bars
+
+
+def spills(files: list[Path], rows: int, n_fields: int) -> bool:
+    """Whether bars go to spill files: inputs over WHOLE_FILE bytes, or bars that would take over a quarter of
+    the memory available (a cgroup limit included)."""
+    return sum(_size(f) for f in files) > WHOLE_FILE or rows * (20 + 4 * n_fields) > memory.available().nbytes // 4
+
+
+def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int, problems: list[Problem],
+               prog: Progress, skip_bad: bool, skipped: list, failed: set[int]) -> tuple[int, int, list[Problem]]:
+    """One file's chunks into the sink: (rows read, rows without a price so far, problems so far)."""
+    rows = 0
+    prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
+    share = _Share(prog, src.path)
+    flags = {"_quality": quality_flags(src.fields, prices)}   # computed by polars as it reads the file
+    for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share, flags):
+        rows += df.height
+        q = df["_quality"].to_numpy()
+        seen = int(np.bitwise_or.reduce(q)) if len(q) else 0
+        df = df.drop("_quality")
+        if seen & 1:        # no price at all: no bar
+            empty = (q & 1) != 0
+            n_empty += int(empty.sum())
+            df, q = df.filter(pl.Series(~empty)), q[~empty]
+        df = df.with_columns(pl.lit(i, dtype=pl.UInt32).alias("_file"))
+        if seen >> 1:
+            problems = merge_problems(problems, flagged_problems(df, q, files))
+        sink.add(adjust.clean(df), i, src.path)
+        prog.step(0, note=f"{src.path.name}: {rows:,} rows")
+    share.finish()
+    return rows, n_empty, problems
 
 
 def _reason(exc: InputError, path: Path) -> str:
@@ -294,9 +259,10 @@ class _Share:
         self(1.0)
 
 
-def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None):
+def _chunks_or_skip(src: Source, skip_bad: bool, skipped: list, failed: set[int], i: int, share: _Share | None = None,
+                    extra: dict | None = None):
     """The file's chunks; with ``skip_bad`` a file that fails before its first chunk is listed and left out."""
-    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM)
+    it = iter_chunks(src, PIECE_BYTES, done=share, whole=PIECES_FROM, extra=extra, settle=CHECKS_FIRST)
     try:
         first = next(it)
     except StopIteration:
@@ -349,9 +315,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
 
 def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
     """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
-    pos = np.searchsorted(calendar, keys)
-    pos_c = np.minimum(pos, max(len(calendar) - 1, 0))
-    off = calendar[pos_c] != keys if len(calendar) else np.ones(len(keys), dtype=bool)
+    pos = TA.KeyIndex(calendar).find(keys)
+    off = pos < 0
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
@@ -402,9 +367,8 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     day (then the most common gap between a symbol's bars of a day)."""
     f = TA.parse_freq(freq) if freq is not None else None
     if f is None:
-        f = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if bars.intraday \
-            else TA.DAILY
-    finer = TA.finer_than(f, np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym)) if freq else None
+        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else TA.DAILY
+    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
@@ -432,4 +396,4 @@ def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLik
         return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
-    return np.unique(keys)
+    return TA.unique_keys(keys)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import runs
 from ..errors import InputError
 from ..store import timeaxis as TA
 from ..store.snapshot import Store, open_store
@@ -53,14 +54,38 @@ def classify(median_gap_days: float) -> str:
     return DAY   # quarterly or irregular: kept as dated bars, no claim made
 
 
-def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1) -> dict[int, str]:
+# Gaps above CLIP days count as CLIP: classify tells up to 4, 10, 45 days and beyond, and a median of gaps clipped
+# at 2 x 45 + 1 falls in the same class as the exact one (an average of two middle gaps included).
+CLIP = 91
+
+
+def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1, per_day: int = 1,
+            counts: tuple[int, int] | None = None) -> dict[int, str]:
     """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
-    index -> "1d"/"1w"/"1mo")."""
-    days = np.asarray(days, dtype=np.int64)
+    index -> "1d"/"1w"/"1mo"). ``days``: each bar's day, or its stamp in ``1 / per_day`` days (minutes with
+    1440). Grouped bars are read a chunk at a time (runs.py); others are sorted."""
+    n = len(days)
+    if n < 2:
+        return {}
+    n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
+    try:
+        hist, week, month = runs.day_gaps(runs.column(days, per_day), runs.column(sym), runs.column(file), n,
+                                          n_sym, n_files, CLIP)
+    except runs.NotGrouped:
+        return _by_file_sorted(np.asarray(days, dtype=np.int64) // per_day, sym, file, min_gaps)
+    out: dict[int, str] = {}
+    for f in np.flatnonzero(hist.sum(axis=1) >= max(min_gaps, 1)).tolist():
+        kind = classify(runs.median(hist[f]))
+        if (kind == WEEK and week[f]) or (kind == MONTH and month[f]):
+            kind = DAY
+        out[f] = kind
+    return out
+
+
+def _by_file_sorted(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int) -> dict[int, str]:
+    """by_file over every bar sorted by file, symbol and day (the reference; memory proportional to the bars)."""
     sym = np.asarray(sym, dtype=np.int64)
     file = np.asarray(file, dtype=np.int64)
-    if len(days) < 2:
-        return {}
     order = np.lexsort((days, sym, file))
     d, s, f = days[order], sym[order], file[order]
     same = (s[1:] == s[:-1]) & (f[1:] == f[:-1])
@@ -90,7 +115,8 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int =
 def detect(bars, stated: str | None) -> str:
     """The bar size of daily-axis bars (a Bars of bars.py): one size for every file; InputError naming two files
     of different sizes, or a stated size the dates contradict."""
-    sizes = by_file(bars.keys("D"), bars.sym, bars.file)
+    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY,
+                    counts=(len(bars.names), len(bars.files)))
     kinds = sorted(set(sizes.values()), key=[DAY, WEEK, MONTH].index)
     if len(kinds) > 1:
         a = next(i for i, k in sizes.items() if k == kinds[0])
@@ -113,7 +139,8 @@ def check_append(manifest: dict, bars, store: Path) -> None:
     have = manifest.get("bar", DAY)
     # An append of a few days says little about its bar size (days 1 and 7 of a symbol: a gap of 6): a file is
     # judged by at least three gaps.
-    sizes = by_file(bars.keys("D"), bars.sym, bars.file, min_gaps=3)
+    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=TA.MINUTES_PER_DAY,
+                    counts=(len(bars.names), len(bars.files)))
     for i, k in sizes.items():
         if k != have:
             raise InputError(f"{bars.files[i]} holds {NAMES[k]} bars ({k}); {store} is a store of {NAMES[have]} "

@@ -80,8 +80,12 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
 
     Converts the distinct values only, then gathers through a lookup table indexed by value.
     """
-    v = raw.to_numpy().astype(np.int64)
-    uniq = raw.unique().to_numpy().astype(np.int64)
+    v = np.asarray(raw.to_numpy(), dtype=np.int64)
+    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231, so the values are marked in a table
+    at = v - lo
+    seen = np.zeros(hi - lo + 1, dtype=bool)
+    seen[at] = True
+    uniq = np.flatnonzero(seen) + lo
     y, m, d = uniq // 10000, uniq // 100 % 100, uniq % 100
     months = (y - 1970) * 12 + (m - 1)
     days = months.astype("datetime64[M]").astype("datetime64[D]") + (d - 1)
@@ -92,10 +96,9 @@ def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
         i = int(np.flatnonzero(v == value)[0])
         raise InputError(f"{path}: {line(i)}: unparseable date {value} in column {column!r} "
                          f"(expected YYYYMMDD, years 1800..2200)")
-    lo, hi = int(v.min()), int(v.max())   # bounded: 18000101..22001231
-    table = np.zeros(hi - lo + 1, dtype="datetime64[D]")
-    table[uniq - lo] = days
-    return pl.Series("date", table[v - lo])
+    table = np.zeros(hi - lo + 1, dtype=np.int64)   # milliseconds: the series is then a stamp as it stands
+    table[uniq - lo] = days.astype(np.int64) * 86_400_000
+    return pl.Series("date", table[at]).cast(TIME)
 
 
 def _digit_stamps(text: pl.Series) -> pl.Series | None:
@@ -107,6 +110,20 @@ def _digit_stamps(text: pl.Series) -> pl.Series | None:
     return None
 
 
+def temporal(col: pl.Expr, dt: pl.DataType) -> pl.Expr | None:
+    """A Date or Datetime column as local stamps (each value on its own: a Parquet file's column is converted as
+    polars reads it); None for other types."""
+    if dt == pl.Date:
+        return col.cast(TIME)
+    if not isinstance(dt, pl.Datetime):
+        return None
+    if dt.time_zone:
+        if ZONE.get() is not None:   # to the exchange's clock
+            return col.dt.convert_time_zone(ZONE.get()).dt.replace_time_zone(None).cast(TIME)
+        return col.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
+    return col.cast(TIME)
+
+
 def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: Line) -> pl.Series:
     dt = uniq.dtype
 
@@ -115,12 +132,9 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
         return InputError(f"{path}: {line(i)}: unparseable date {C.short(value)} in column {name!r} "
                           f"({expected})")
 
-    if dt == pl.Date:
-        return uniq.cast(TIME)
-    if isinstance(dt, pl.Datetime) and dt.time_zone:
-        if ZONE.get() is not None:   # to the exchange's clock
-            return uniq.dt.convert_time_zone(ZONE.get()).dt.replace_time_zone(None).cast(TIME)
-        return uniq.dt.replace_time_zone(None).cast(TIME)   # the local wall clock, not the UTC one
+    local = temporal(pl.col(uniq.name), dt)
+    if local is not None:
+        return uniq.to_frame().select(local).to_series()
     if dt.is_temporal():
         return uniq.cast(TIME)
     if dt.is_integer() or dt.is_float():

@@ -21,11 +21,14 @@ from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, 
 from ..store import timeaxis as TA
 from .. import progress
 from ..store import writer as W
-from .bars import build_calendar, calendar_positions, choose_axis, read_bars
+from .bars import build_calendar, choose_axis, read_bars
+from .layout import Layout
+from ..store.blockwriter import BlockWriter
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
-from .readers import WHOLE_FILE
 from .report import IngestReport
+
+BLOCK_BYTES = 16 << 20   # a block of the new panel: small enough that writing one overlaps filling the next
 
 
 def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calendar: str | None = None,
@@ -120,10 +123,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
 def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
            quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple, read: dict | None = None):
     """The whole ingest under the writer lock (held by the caller)."""
-    # Big inputs spill their bars into the staging folder (bounded memory however large the input); small
-    # ones keep them in memory, which is faster.
-    big = sum(_size(f) for f in files) > WHOLE_FILE
-    spill = W.staging_dir(out) / "bars.spill" if big else None
+    # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
+    # bars.spills); small ones keep them in memory, which is faster.
+    spill = W.staging_dir(out) / "bars.spill"
     with D.exchange_zone(axis_args[3]):   # stamps with UTC offsets: to the exchange's clock (--timezone)
         bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill,
                          symbol_pattern=symbol_pattern, **(read or {}))
@@ -135,32 +137,33 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
                          f"resample to 1d and to {long_bar}")
-    keys = bars.keys(axis.unit)
-    cal = build_calendar(keys, axis, calendar)
-    pos = calendar_positions(keys, cal, bars, axis.unit).astype(np.int32)
-    del keys
+    cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar)
     symbols = bars.symbols
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
     dates = TA.stamps(cal, axis.unit)
     version, generation, _ = W.next_numbers(out)
-    sym = bars.codes_for({s: i for i, s in enumerate(symbols)})
-    present = bars.present_mask(sym, pos, (len(symbols), len(cal)))
-    first, last = W.bar_extent(present)
-    note = calnote.foreign_dates(present, first, last, dates, symbols) \
+    rows = {s: i for i, s in enumerate(symbols)}
+    lay = Layout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
+    first, last = W.bar_extent(lay.present)
+    note = calnote.foreign_dates(lay.present, first, last, dates, symbols) \
         if axis.freq == TA.DAILY and calendar is None else None
-    del present
-    place = P.Placement.of(sym, pos, len(symbols))
+    lay.present = np.zeros((0, 0), dtype=bool)
     gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
     last_factor = np.full(len(symbols), np.nan) if source == adjust.EVENTS else None
     divisors = np.full(len(symbols), np.nan) if source == adjust.INPUT else None
     try:
-        for lo, block in P.new_blocks(bars, place, len(symbols), len(cal), fields):
-            state = adjust.finish_block(block, fields, source)
-            for acc, got in ((last_factor, state.last), (divisors, state.rebase)):
-                if acc is not None and got is not None:
-                    acc[lo: lo + len(block)] = got
-            gen.write(lo, block)
+        step = P.block_rows(len(cal), len(fields), BLOCK_BYTES)
+        # A thread writes and checksums each block while the next is filled (store/blockwriter.py).
+        with BlockWriter(gen, step) as put:
+            for lo in range(0, len(symbols), step):
+                block = put.block(min(step, len(symbols) - lo))
+                lay.fill(block, lo, bars, fields)
+                state = adjust.finish_block(block, fields, source)
+                for acc, got in ((last_factor, state.last), (divisors, state.rebase)):
+                    if acc is not None and got is not None:
+                        acc[lo: lo + len(block)] = got
+                put.put(lo, block)
         W.crashpoint("ingest:filled")
         data = gen.finish()
     except BaseException:
@@ -185,10 +188,3 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
     bars.notes = [note] if note else []
     return version + 1, n_bars, bars, symbols, fields, dates, m
-
-
-def _size(p: Path) -> int:
-    try:
-        return os.path.getsize(p)
-    except OSError:
-        return 0

@@ -62,18 +62,29 @@ def scatter(block: np.ndarray, lo: int, bars: Bars, place: Placement, fields: li
     r, p = place.row[sel] - lo, place.pos[sel] - day0
     if not len(r):
         return
-    values = np.asarray(bars.values[sel])
-    nf = block.shape[2]
-    if not keep_stored and bars.fields == fields:
-        block[r, p] = values                     # one gather-scatter of whole cells (the common case)
-    else:
-        src = np.asarray([bars.fields.index(f) for f in fields if f in bars.fields], dtype=np.intp)
-        dst = np.asarray([j for j, f in enumerate(fields) if f in bars.fields], dtype=np.intp)
-        cells = block[r, p] if (keep_stored or len(dst) < nf) else np.empty((len(r), nf), np.float32)
-        given = values[:, src]
-        cells[:, dst] = np.where(np.isfinite(given), given, cells[:, dst]) if keep_stored else given
-        block[r, p] = cells
+    put(block, r, p, np.asarray(bars.values[sel]), bars.fields, fields, keep_stored)
     release(bars.values)
+
+
+def put(block: np.ndarray, r: np.ndarray, p: np.ndarray, values: np.ndarray, given_fields: list[str],
+        fields: list[str], keep_stored: bool = False) -> None:
+    """Cells ``block[r, p]`` from ``values`` [bars, given_fields]: the block's ``fields`` the bars have (with
+    ``keep_stored``, only where the bar has a value)."""
+    nf = block.shape[2]
+    if not keep_stored and given_fields == fields:
+        if block.flags.c_contiguous:   # the common case: whole cells as one record each, one flat index
+            cell = np.dtype((np.void, 4 * nf))
+            np.put(block.view(cell).reshape(-1), r.astype(np.int64) * block.shape[1] + p,
+                   np.ascontiguousarray(values, dtype=np.float32).view(cell).reshape(-1))
+        else:
+            block[r, p] = values
+        return
+    src = np.asarray([given_fields.index(f) for f in fields if f in given_fields], dtype=np.intp)
+    dst = np.asarray([j for j, f in enumerate(fields) if f in given_fields], dtype=np.intp)
+    cells = block[r, p] if (keep_stored or len(dst) < nf) else np.empty((len(r), nf), np.float32)
+    given = values[:, src]
+    cells[:, dst] = np.where(np.isfinite(given), given, cells[:, dst]) if keep_stored else given
+    block[r, p] = cells
 
 
 def new_blocks(bars: Bars, place: Placement, n_rows: int, n_dates: int, fields: list[str]

@@ -1,278 +1,54 @@
-"""Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into normalised polars frames.
+"""Read one input file (CSV in UTF-8 or GBK/GB18030, or Parquet) into normalised polars frames, a chunk at a time.
 
-Output columns: ``_row`` (0-based data row, for messages), ``symbol`` (str), ``date`` (local timestamp, pl.Datetime), and one
-Float32 column per canonical field (plus Yahoo's derived ``adj_factor``, see adjust.py). A CSV is checked
-whole before it is parsed: its encoding (textscan.detect_encoding) and the field count of every line
-(textscan.check_lines). Numeric cells are parsed by polars' CSV reader (fast path); only when that fails is
-the file re-read as text to name the exact line, column and value.
+Output columns: ``_row`` (0-based data row, for messages), ``symbol`` (str), ``date`` (local timestamp,
+pl.Datetime), and one Float32 column per canonical field (plus Yahoo's derived ``adj_factor``, see adjust.py).
+
+polars' streaming engine reads the file, on its own threads, a bounded number of rows at a time (memory bounded
+whatever the file size; a small file comes as one chunk). Beside it, in a thread, a CSV's whole-file checks run
+(textscan.scan: the field count of every line, and the encoding past the first block): an error they find wins
+over anything the parse finds, as if they had come first, and a small file's chunk waits for them. Numbers are
+parsed by polars' typed reader (fast path); only when that fails is the file read again as text, to name the
+exact line, column and value, or to read words that mean "missing".
 """
 
 from __future__ import annotations
 
-import io
+import contextlib
+import dataclasses
 import os
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
 import numpy as np
 import polars as pl
 
-from . import adjust, clock, columns as C, packed, textscan
-from .dates import integral_float_dates, parse_dates
+from . import adjust, clock, columns as C, textscan
+from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal
+from .. import memory
 from ..errors import InputError
-from .inputs import FixedSymbol, is_parquet, location, symbol_from_name
+from .inputs import is_parquet, location, symbol_from_name
+from .sources import YYYYMMDD, Source, _one_line, _scan, inspect_source, sniff_date_format
 
-CHUNK_BYTES = 32 << 20   # CSV bytes parsed at a time for big files: bounds memory whatever the file size
-WHOLE_FILE = 256 << 20   # files up to this size are parsed in one go (fastest: polars' parallel reader)
-MAX_HEADER = 16 << 20    # a header line longer than this is not a header
+__all__ = ["CHUNK_BYTES", "WHOLE_FILE", "Reread", "Source", "finish_values", "inspect_source", "iter_chunks",
+           "read_source", "sniff_date_format"]
 
-
-@dataclass
-class Source:
-    """What is known about one input file before its rows are read."""
-
-    path: Path
-    columns: list[str]          # header as in the file
-    mapping: dict[str, str]     # source column -> canonical name
-    data: bytes | None          # re-encoded UTF-8 bytes for non-UTF-8 CSVs, else None (read from path)
-    encoding: str
-    separator: str = ","
-    dropped: list[str] = field(default_factory=list)  # extra text columns (names, industries) left out
-    symbol_pattern: str | None = None                    # regex for the symbol in the file name
-    head: pl.DataFrame | None = None                     # first rows as text (see _head)
-    na: tuple[str, ...] = ()                             # --na: the vendor's own missing-value markers
-
-    @property
-    def symbol_column(self) -> str | None:
-        return next((s for s, d in self.mapping.items() if d == "symbol"), None)
-
-    @property
-    def date_column(self) -> str:
-        return next(s for s, d in self.mapping.items() if d == "date")
-
-    @property
-    def time_column(self) -> str | None:
-        """A time-of-day column read with the date column as one stamp (clock.py), if the file has one."""
-        return next((s for s, d in self.mapping.items() if d == "time"), None)
-
-    @property
-    def value_columns(self) -> dict[str, str]:
-        return {s: d for s, d in self.mapping.items() if d not in ("symbol", "date", "time")}
-
-    @property
-    def fields(self) -> list[str]:
-        """The canonical fields this file's frames carry (Yahoo's derived factor included)."""
-        canon = list(self.value_columns.values())
-        return canon + [adjust.FACTOR] if adjust.derives_factor(canon) else canon
-
-    def where(self, row: int) -> str:
-        return f"{self.path}: {location(self.path, row)}"
+CHUNK_BYTES = 16 << 20   # bytes (CSV text, Parquet values) read at a time from big files: bounds memory
+# polars' streaming CSV reader parses the text in pieces of this size (its default grows with the file: a 750 MiB
+# file held 400 MiB of pieces in flight); the user's own POLARS_CSV_CHUNK_SIZE wins.
+CSV_PIECE = 4 << 20
+WHOLE_FILE = 256 << 20   # files up to this size are read as one chunk (a caller may lower it, see ``whole``)
+# Every column of a CSV is parsed, no projection: polars rejects a line with more fields than the header only then.
+ALL_COLUMNS = pl.QueryOptFlags(projection_pushdown=False)
+STREAM_MEMORY = 2 << 30  # a big Parquet file is read in slices when less memory than this is available
 
 
-def _sniff_separator(first_line: str) -> str:
-    counts = {sep: first_line.count(sep) for sep in (",", "\t", ";", "|")}
-    return max(counts, key=counts.get) if max(counts.values()) else ","
+class Reread(Exception):
+    """The file must be read again from its start as ``source`` says; the chunks already handed out, if any, are
+    void (its text turned out to be GB18030, or its numbers need the text path)."""
 
-
-def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None,
-                   na: tuple[str, ...] = ()) -> Source:
-    """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
-    schema: dict[str, pl.DataType] = {}
-    try:
-        if is_parquet(path):
-            with open(path, "rb") as fh:   # a file object: polars would expand * or [ ] in a name
-                schema = dict(pl.read_parquet_schema(fh))
-            cols = list(schema)
-            enc, data, sep = "parquet", None, ","
-        else:
-            if os.path.getsize(path) == 0:
-                raise InputError(f"{path}: file is empty")
-            unpacked = packed.read(path)   # .csv.gz, .csv.zst, a .zip of one CSV: decompressed in memory
-            enc, data = unpacked if unpacked is not None else textscan.detect_encoding(path)
-            text = _first_line(path, data).decode("utf-8", "replace")
-            first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
-            if not first.strip():
-                raise InputError(f"{path}: file is empty")
-            sep = _sniff_separator(first)
-            cols = _header(first, sep)
-    except InputError:
-        raise
-    except Exception as exc:  # unreadable parquet footer, permission denied, ...
-        raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
-    mapping = C.resolve_columns(cols, user_map)
-    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na))
-    unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
-    if "date" not in mapping.values() and unnamed:
-        # pandas writes its index unnamed: to_csv() as the first column, to_parquet() as __index_level_0__
-        src.head = _head(src)
-        found = next((c for c in unnamed if _are_dates(src.head, c, path)), None)
-        if found is not None:
-            src.mapping = mapping = {found: "date", **mapping}
-    canon = set(mapping.values())
-    if isinstance(symbol_pattern, FixedSymbol) and src.symbol_column:
-        raise InputError(f"{path}: symbol {str(symbol_pattern)!r} given, but the input has a symbol column "
-                         f"{src.symbol_column!r}; leave the symbol out")
-    if not src.symbol_column:
-        symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
-    if "date" not in canon:
-        raise InputError(C.describe_missing("date", cols, str(path)))
-    if "close" not in canon:
-        raise InputError(C.describe_missing("close", cols, str(path)))
-    if list(mapping.values()).count("time") > 1:
-        raise InputError(f"{path}: more than one time-of-day column: "
-                         f"{', '.join(s for s, d in mapping.items() if d == 'time')}; map one of them")
-    forced = set(user_map or {})
-    dropped = _unusable_types(src, schema, forced) if schema else []
-    for col in dropped:
-        del mapping[col]
-    if src.head is None:
-        src.head = _head(src)
-    tcol = src.time_column
-    if tcol is not None and src.head is not None and tcol not in forced and clock.holds_dates(src.head[tcol]):
-        # tushare's trade_time holds the whole stamp: it is the date column; the date-only one is left out
-        dropped.append(src.date_column)
-        del mapping[src.date_column]
-        mapping[tcol] = "date"
-    text = _text_extras(src, forced)
-    for col in text:
-        del mapping[col]
-    dropped += text
-    # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
-    for c in [c for c in cols if re.search(r"_duplicated_\d+$", c) and c in mapping]:
-        del mapping[c]   # polars' name for a repeated header ("close,close"): the first one is the field
-    shadowed = [c for c in cols if c not in mapping and not C.is_index_name(c) and c not in dropped]
-    src.dropped = dropped + shadowed
-    return src
-
-
-def _are_dates(head: pl.DataFrame | None, column: str, path: Path) -> bool:
-    """True when the first rows of ``column`` hold dates, and nothing else."""
-    if head is None:
-        return False
-    try:
-        cells = integral_float_dates(head[column], path, column, lambda i: location(path, int(i)))
-        parse_dates(cells, path, column, lambda i: location(path, int(i)))
-    except InputError:
-        return False
-    return cells.drop_nulls().len() > 0
-
-
-def _first_line(path: Path, data: bytes | None) -> bytes:
-    """The header line's bytes, however long (a wide pandas export can have thousands of columns)."""
-    if data is not None:
-        end = data.find(b"\n")
-        return data if end < 0 else data[:end]
-    out = b""
-    with open(path, "rb") as fh:
-        while b"\n" not in out:
-            block = fh.read(1 << 16)
-            if not block:
-                break
-            out += block
-            if len(out) > MAX_HEADER:
-                raise InputError(f"{path}: no line end in the first {MAX_HEADER >> 20} MiB: not a CSV file")
-    return out.split(b"\n", 1)[0]
-
-
-def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str]) -> list[str]:
-    """Parquet columns whose type cannot hold their field: an error for the fields kline-store needs (and
-    for columns named in --map), left out (and reported) for extra columns."""
-    out = []
-    for s, d in src.mapping.items():
-        dt = schema[s]
-        if d == "symbol":
-            ok = dt.is_integer() or dt in (pl.String, pl.Categorical) or isinstance(dt, pl.Enum)
-        elif d in ("date", "time"):
-            ok = dt.is_temporal() or dt.is_integer() or dt.is_float() or dt == pl.String
-        else:
-            ok = dt.is_numeric() or dt in (pl.String, pl.Null)
-        if ok:
-            continue
-        if d in ("symbol", "date", "time") or d in C.BASE_FIELDS or s in forced:
-            raise InputError(f"{src.path}: column {s!r} has type {dt}; {d} needs "
-                             f"{'text' if d == 'symbol' else 'dates' if d == 'date' else 'numbers'}")
-        out.append(s)
-    return out
-
-
-def _head(src: Source) -> pl.DataFrame | None:
-    """The first rows as text: enough to tell text columns and the date form apart, read once.
-
-    Parses the first 256 KiB only (polars would map the whole file to answer head() on a path).
-    """
-    try:
-        if is_parquet(src.path):
-            return _scan(src, text_only=True).head(1000).collect()
-        if src.data is not None:
-            first = src.data[: 256 << 10]
-        else:
-            with open(src.path, "rb") as fh:
-                first = fh.read(256 << 10)
-        if len(first) == 256 << 10:
-            first = first[: first.rfind(b"\n") + 1]
-        return _scan(src, text_only=True, data=first).head(1000).collect()
-    except pl.exceptions.PolarsError:
-        return None  # the full read will report what is wrong, with a line number
-
-
-def _header(first: str, sep: str) -> list[str]:
-    """Column names exactly as polars will name them (quotes removed, spaces kept)."""
-    try:
-        return pl.read_csv(io.BytesIO(first.encode() + b"\n"), separator=sep, n_rows=0,
-                           infer_schema_length=0).columns
-    except pl.exceptions.PolarsError:
-        return [c.strip('"') for c in first.split(sep)]
-
-
-def _text_extras(src: Source, forced: set[str]) -> list[str]:
-    """Extra columns whose first rows hold no number at all: text such as names; they are not fields.
-
-    Canonical fields and columns named in --map are never dropped: a bad value there is an error.
-    """
-    extras = [s for s, d in src.mapping.items()
-              if d not in ("symbol", "date", "time") and d not in C.BASE_FIELDS and s not in forced]
-    head = src.head
-    if not extras or head is None:
-        return []
-    out = []
-    for s in extras:
-        col = head[s].cast(pl.String).str.strip_chars()
-        if col.null_count() < col.len() and col.cast(pl.Float64, strict=False).null_count() == col.len():
-            out.append(s)
-    return out
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
-
-
-def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes | tuple[int, int] | None = None,
-          row_offset: int = 0) -> pl.LazyFrame:
-    """Lazy frame of the source's columns; numeric columns as Float64 unless ``text_only``.
-
-    ``data``: CSV bytes to parse instead of the file (a piece of it); ``row_offset``: its first data row.
-    """
-    if is_parquet(src.path):
-        lf = pl.scan_parquet(src.path, glob=False)   # a name may hold * or [ ]
-        if isinstance(data, tuple):   # a slice of a big file (see _parquet_slices)
-            lf = lf.slice(*data)
-    else:
-        overrides: dict[str, pl.DataType] = {c: pl.String for c in src.columns}
-        if not text_only:
-            for s in src.value_columns:
-                overrides[s] = pl.Float64
-            if date_fmt == "yyyymmdd-int":
-                overrides[src.date_column] = pl.Int64
-        data = data if data is not None else src.data
-        source = io.BytesIO(data) if data is not None else src.path
-        # The typed fast path leaves out the null literals (a 25% slower parse): a file that has them
-        # ("null", "--", "NA") fails it and is read on the text path, which knows them.
-        lf = pl.scan_csv(source, separator=src.separator, schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES + list(src.na) if text_only else (list(src.na) or None),
-                         glob=False)
-    return lf.with_row_index("_row", offset=row_offset)
+    def __init__(self, source: Source) -> None:
+        super().__init__(str(source.path))
+        self.source = source
 
 
 def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
@@ -288,150 +64,217 @@ def _float_exprs(src: Source, text_only: bool) -> list[pl.Expr]:
 
 def read_source(src: Source) -> pl.DataFrame:
     """All rows of one file as one normalised frame (see :func:`iter_chunks`)."""
-    chunks = list(iter_chunks(src))
+    while True:
+        try:
+            chunks = list(iter_chunks(src))
+            break
+        except Reread as again:
+            src = again.source
     return chunks[0] if len(chunks) == 1 else pl.concat(chunks)
 
 
 def iter_chunks(src: Source, chunk_bytes: int = CHUNK_BYTES, done: Callable[[float], None] | None = None,
-                whole: int | None = None) -> Iterator[pl.DataFrame]:
-    """The rows of one file, normalised, in chunks of bounded size (one chunk for small files).
+                whole: int | None = None, extra: dict[str, pl.Expr] | None = None, settle: int | None = None
+                ) -> Iterator[pl.DataFrame]:
+    """The rows of one file, normalised, in chunks of about ``chunk_bytes`` (one chunk for small files).
 
     Columns: ``_row`` (0-based data row), ``symbol``, ``date`` (local timestamp), canonical fields as Float32.
-    Fast path: a typed polars parse of each chunk of whole lines (big CSVs are cut at line ends, each piece
-    parsed with the header in front). Only if it fails is the file re-read as text to find the offending
-    cell, so errors name file, line, column and value.
+    Errors name file, line (row), column and value.
 
-    ``done``: called with the share of the file parsed so far (0..1) after each piece, for progress;
-    ``whole``: files up to this many bytes are parsed in one piece (a smaller value makes progress move).
+    ``done``: called with the share of the file read so far (0..1) after each chunk, for progress;
+    ``whole``: files up to this many bytes (default WHOLE_FILE) are read as one chunk;
+    ``extra``: columns to compute as the file is read (over the normalised values, before any row is dropped);
+    ``settle``: a CSV up to this many bytes (default ``whole``) is checked whole before its first chunk is handed
+    out (so an error there comes before any chunk); a bigger one's checks end while its chunks come.
+
+    Raises:
+        InputError: the file is not readable bars, said in one line.
+        Reread: the file must be read again as the exception's source says (its text is GB18030, or after
+            chunks were handed out, its numbers need the text path).
     """
-    symbol = symbol_from_name(src.path, src.symbol_pattern)
-    sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
-                if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
-    fmt = sniff_date_format(src)
-    keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
-    if src.time_column is not None:
-        keep.append(pl.col(src.time_column).alias("_time_raw"))
+    whole = WHOLE_FILE if whole is None else whole
+    return _read(src, chunk_bytes, done, whole, True, extra or {}, whole if settle is None else settle)
+
+
+def _read(src: Source, chunk_bytes: int, done: Callable[[float], None] | None, whole: int, checks: bool,
+          extra: dict[str, pl.Expr], settle: int) -> Iterator[pl.DataFrame]:
+    size = _size(src)
+    rows = None if size <= max(chunk_bytes, whole) else max(1, int(chunk_bytes / max(src.row_bytes, 1.0)))
+    first_waits = rows is None or size <= settle
+    check = _start_checks(src) if checks else None
     n = 0
     try:
-        for piece, share in _pieces(src, chunk_bytes, whole):
-            # Every column parsed, no projection: polars then rejects a line with more fields than the header
-            # (textscan's count relies on it); the select runs on the frame in memory.
-            parsed = _scan(src, text_only=False, date_fmt=fmt, data=piece, row_offset=n).collect()
-            del piece
-            df = finish_values(parsed.lazy().select(*keep, *_float_exprs(src, text_only=False)), src).collect()
-            del parsed
-            if df.height:
-                n += df.height
-                yield _finish_chunk(df, src)
-            if done is not None:
-                done(share)
-    except pl.exceptions.PolarsError:
-        if n:
-            raise _explain_or_generic(src) from None
-        text = _explain_bad_value(src)  # raises with the exact line; returns only if polars' error was elsewhere
         try:
-            df = finish_values(text.lazy().select(*keep, *_float_exprs(src, text_only=True)), src).collect()
-        except pl.exceptions.PolarsError as exc:
-            raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
-        n = df.height
-        if n:
-            yield _finish_chunk(df, src)
+            for df in _frames(src, rows, extra):
+                if first_waits and check is not None:
+                    again = _settle(check, src)     # a small file waits for the checks: theirs is the first word
+                    check = None
+                    if again is not None:
+                        raise Reread(again)
+                if df.height:
+                    n += df.height
+                    last = int(df["_row"][-1]) + 1
+                    yield _finish_chunk(df, src)
+                    if done is not None:
+                        done(1.0 if rows is None else min(1.0, last * src.row_bytes / max(size, 1)))
+        except (pl.exceptions.PolarsError, InputError) as exc:
+            again = _settle(check, src)
+            check = None
+            if again is not None:
+                raise Reread(again) from None
+            if isinstance(exc, InputError):
+                raise
+            if not src.typed:
+                raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
+            _explain_bad_value(src)          # raises with the exact line; returns if polars' error was elsewhere
+            text = dataclasses.replace(src, typed=False)
+            if n:
+                raise Reread(text) from None
+            yield from _read(text, chunk_bytes, done, whole, False, extra, settle)
+            return
+        again = _settle(check, src)
+        if again is not None:
+            raise Reread(again)
     except OSError as exc:
         raise InputError(f"{src.path}: cannot read ({_one_line(exc)})") from None
+    finally:
+        if check is not None:
+            check.cancel()
+    if done is not None:
+        done(1.0)
     if n == 0:
         raise InputError(f"{src.path}: no data rows")
 
 
-def _pieces(src: Source, chunk_bytes: int, whole: int | None = None
-            ) -> Iterator[tuple[bytes | tuple[int, int] | None, float]]:
-    """CSV bytes with the header line in front, cut at line ends, about ``chunk_bytes`` each, each piece's
-    field counts checked before it is handed out (textscan.check_lines); with each, the share of the file read.
+def _size(src: Source) -> int:
+    return len(src.data) if src.data is not None else os.path.getsize(src.path)
 
-    Yields None once for Parquet and for files up to ``whole`` bytes: polars reads those whole.
-    """
+
+def _start_checks(src: Source) -> textscan.Background | None:
+    """The whole-file checks of a CSV, started in a thread: field counts, and UTF-8 when not settled yet."""
     if is_parquet(src.path):
-        yield from _parquet_slices(src.path, chunk_bytes)
+        return None
+    return textscan.Background(textscan.scan, src.path, src.data, src.separator, len(src.columns), not src.settled)
+
+
+def _settle(check: textscan.Background | None, src: Source) -> Source | None:
+    """Wait for the checks: raise the InputError they found; the source read as GB18030 when it is not UTF-8."""
+    if check is None or check.result():
+        return None
+    return dataclasses.replace(src, data=textscan.gb18030(src.path), encoding="gb18030", settled=True)
+
+
+def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterator[pl.DataFrame]:
+    """The file's rows, selected and typed by polars: all at once (``rows`` None) or ``rows`` at a time."""
+    symbol = symbol_from_name(src.path, src.symbol_pattern)
+    sym_expr = (pl.col(src.symbol_column).cast(pl.String).str.strip_chars()
+                if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
+    fmt = sniff_date_format(src) if src.typed else None
+    keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
+    fast = _fast_date(src, fmt)
+    if fast is not None:
+        keep.append(fast.alias("_date_fast"))
+    if src.time_column is not None:
+        keep.append(pl.col(src.time_column).alias("_time_raw"))
+    lf = finish_values(_scan(src, text_only=not src.typed, date_fmt=fmt).select(
+        *keep, *_float_exprs(src, text_only=not src.typed)), src)
+    lf = lf.with_columns(_row_checks(src), *[e.alias(name) for name, e in extra.items()])
+    if is_parquet(src.path):
+        if rows is None:
+            yield lf.collect(engine="streaming")
+        elif memory.available().nbytes < STREAM_MEMORY:
+            yield from _parquet_slices(lf, src.path, rows)
+        else:
+            yield from lf.collect_batches(chunk_size=rows)
         return
-    n_fields = len(src.columns)
-    size = len(src.data) if src.data is not None else os.path.getsize(src.path)
-    if size <= max(chunk_bytes, WHOLE_FILE if whole is None else whole):
-        buf = src.data if src.data is not None else textscan.map_file(src.path)
-        textscan.check_lines(buf, src.separator, n_fields, src.path)
-        del buf
-        yield src.data, 1.0
-        return
-    with (io.BytesIO(src.data) if src.data is not None else open(src.path, "rb")) as fh:
-        header = fh.readline()
-        line = 2
-        carry = b""
-        read = len(header)
-        while True:
-            block = fh.read(chunk_bytes)
-            data = memoryview(carry + block if carry else block)
-            if not block:
-                if len(data):
-                    textscan.check_lines(data, src.separator, n_fields, src.path, line)
-                    yield b"".join((header, data)), 1.0
-                return
-            cut = bytes(data[-65536:]).rfind(b"\n")
-            if cut < 0:                       # a line longer than 64 KiB: read on
-                carry = bytes(data)
-                continue
-            cut += len(data) - min(len(data), 65536) + 1
-            carry = bytes(data[cut:])
-            line += textscan.check_lines(data[:cut], src.separator, n_fields, src.path, line)
-            read += cut
-            yield b"".join((header, data[:cut])), min(1.0, read / max(size, 1))   # the one copy of each piece
+    with _csv_pieces():
+        if rows is None:
+            yield lf.collect(engine="streaming", optimizations=ALL_COLUMNS)
+        else:
+            yield from lf.collect_batches(chunk_size=rows, optimizations=ALL_COLUMNS)
 
 
-PARQUET_WHOLE = 64 << 20   # Parquet files up to this size on disk are read in one go
+def _fast_date(src: Source, fmt: str | None) -> pl.Expr | None:
+    """The stamps as polars reads them, for dates of a form it parses as dates.parse_dates would (null where a
+    cell is not of that form: _fast_dates then leaves the chunk to parse_dates); None for the other forms."""
+    date = pl.col(src.date_column)
+    if src.time_column is not None:    # a stamp joined from two columns: clock.py, after the read
+        return None
+    if src.date_column in src.schema:  # a Parquet date or timestamp column
+        return temporal(date, src.schema[src.date_column])
+    if fmt == YYYYMMDD:                # read as integers: a date of their digits
+        return date.cast(pl.String).str.to_date("%Y%m%d", strict=False).cast(TIME)
+    if fmt is not None:
+        return date.str.to_date(fmt, strict=False).cast(TIME) if "%H" not in fmt else \
+            date.str.strptime(TIME, fmt, strict=False)
+    return None
 
 
-def _parquet_slices(path: Path, chunk_bytes: int) -> Iterator[tuple[tuple[int, int] | None, float]]:
-    """None (read it whole) for a small Parquet file, else ``(first row, rows)`` slices of about
-    ``chunk_bytes`` of decoded values each: the file's row groups are decoded a slice at a time."""
-    import pyarrow.parquet as pq   # pyarrow is a dependency; imported here to keep CSV-only runs light
+def _parquet_slices(lf: pl.LazyFrame, path: Path, rows: int) -> Iterator[pl.DataFrame]:
+    """A big Parquet file about ``rows`` rows at a time, in whole row groups, the next slice read in the
+    background while the caller works on this one: two slices in memory (polars' streaming reader, faster,
+    decodes row groups ahead of a slower consumer: up to 400 MiB in flight)."""
+    import pyarrow.parquet as pq   # a dependency; its metadata tells the row groups
 
-    if os.path.getsize(path) <= PARQUET_WHOLE:
-        yield None, 1.0
-        return
     meta = pq.ParquetFile(path).metadata
-    rows = meta.num_rows
-    decoded = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
-    per_slice = max(1, int(rows * chunk_bytes / max(decoded, 1)))
-    for lo in range(0, rows, per_slice):
-        yield (lo, min(per_slice, rows - lo)), min(rows, lo + per_slice) / rows
+    cuts, run = [0], 0
+    for i in range(meta.num_row_groups):
+        run += meta.row_group(i).num_rows
+        if run - cuts[-1] >= rows or i == meta.num_row_groups - 1:
+            cuts.append(run)
+    parts = [(a, b - a) for a, b in zip(cuts[:-1], cuts[1:]) if b > a]
+    pending = lf.slice(*parts[0]).collect(background=True) if parts else None
+    for k in range(len(parts)):
+        now, pending = pending, (lf.slice(*parts[k + 1]).collect(background=True) if k + 1 < len(parts) else None)
+        yield now.fetch_blocking()
 
 
-def _explain_or_generic(src: Source) -> InputError:
+@contextlib.contextmanager
+def _csv_pieces() -> Iterator[None]:
+    """POLARS_CSV_CHUNK_SIZE set to CSV_PIECE while a CSV is read, unless the user set it."""
+    if "POLARS_CSV_CHUNK_SIZE" in os.environ:
+        yield
+        return
+    os.environ["POLARS_CSV_CHUNK_SIZE"] = str(CSV_PIECE)
     try:
-        _explain_bad_value(src)
-    except InputError as exc:
-        return exc
-    return InputError(f"{src.path}: cannot parse")
+        yield
+    finally:
+        os.environ.pop("POLARS_CSV_CHUNK_SIZE", None)
+
+
+def _row_checks(src: Source) -> pl.Expr:
+    """Per row, as polars reads it: 1 a blank line (every cell empty: no row at all, as a spreadsheet's trailing
+    empty line), 2 no symbol, 4 an infinite value."""
+    values = src.fields
+    blank = pl.all_horizontal([pl.col("_date_raw").is_null(), *[pl.col(c).is_null() for c in values]])
+    no_symbol = pl.lit(False)
+    if src.symbol_column:
+        no_symbol = pl.col("symbol").is_null() | (pl.col("symbol") == "")
+        blank = blank & no_symbol
+    inf = pl.any_horizontal([pl.col(c).is_infinite() for c in values] or [pl.lit(False)])
+    return (blank.cast(pl.UInt8) + (no_symbol & ~blank).cast(pl.UInt8) * 2
+            + inf.fill_null(False).cast(pl.UInt8) * 4).alias("_checks")
 
 
 def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
     values = src.fields
-    # Blank lines (a trailing empty line from a spreadsheet): every cell empty -> no row at all.
-    blank = pl.all_horizontal([pl.col("_date_raw").is_null(), *[pl.col(c).is_null() for c in values]])
-    if src.symbol_column:
-        blank = blank & (pl.col("symbol").is_null() | (pl.col("symbol") == ""))
-    flags = df.select(blank.any().alias("blank"),
-                      pl.any_horizontal([pl.col(c).is_infinite() for c in values] or [pl.lit(False)]).any()
-                      .alias("inf")).row(0, named=True)   # one pass; copies only when something is found
-    if flags["blank"]:
-        df = df.filter(~blank)
-    if src.symbol_column:
+    checks = df["_checks"].to_numpy()
+    seen = int(np.bitwise_or.reduce(checks)) if len(checks) else 0   # rows looked at only when one has something
+    df = df.drop("_checks")
+    if seen & 1:
+        df = df.filter(pl.Series((checks & 1) == 0))
+    if seen & 2:
         empty = df["symbol"].is_null() | (df["symbol"] == "")
-        if empty.any():
-            i = empty.arg_max()
-            raise InputError(f"{src.where(df['_row'][i])}: empty symbol in column {src.symbol_column!r}")
-    for c in values if flags["inf"] else ():
+        i = empty.arg_max()
+        raise InputError(f"{src.where(df['_row'][i])}: empty symbol in column {src.symbol_column!r}")
+    for c in values if seen & 4 else ():
         inf = df[c].is_infinite()
         if inf.any():
             i = inf.arg_max()
             raise InputError(f"{src.where(df['_row'][i])}: column {c!r}: infinite value")
+    fast = _fast_dates(df)
+    if fast is not None:
+        return df.with_columns(fast).drop("_date_raw", "_date_fast")
     rows = df["_row"]
 
     def where(i: int) -> str:
@@ -442,7 +285,21 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
         df = df.drop("_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)
-    return df.with_columns(dates).drop("_date_raw")
+    return df.with_columns(dates).drop("_date_raw", *(["_date_fast"] if "_date_fast" in df.columns else []))
+
+
+def _fast_dates(df: pl.DataFrame) -> pl.Series | None:
+    """The stamps polars parsed while reading (sources.FAST_FORMATS), when every cell parsed and lies within
+    FIRST_DAY..LAST_DAY; None sends the chunk to dates.parse_dates (which names what is wrong)."""
+    if "_date_fast" not in df.columns:
+        return None
+    fast = df["_date_fast"]
+    if fast.null_count() or not fast.len():
+        return None
+    lo, hi = fast.min(), fast.max()
+    if lo < FIRST_DAY.astype("datetime64[ms]").item() or hi >= (LAST_DAY + 1).astype("datetime64[ms]").item():
+        return None
+    return fast.alias("date")
 
 
 def finish_values(lf: pl.LazyFrame, src: Source) -> pl.LazyFrame:
@@ -452,35 +309,34 @@ def finish_values(lf: pl.LazyFrame, src: Source) -> pl.LazyFrame:
     return lf.with_columns([pl.col(c).fill_nan(None).cast(pl.Float32) for c in canon])
 
 
-def sniff_date_format(src: Source) -> str | None:
-    """"yyyymmdd-int" when the date column is 8-digit integers, else None (decided on the parsed column)."""
-    if is_parquet(src.path) or src.head is None:
-        return None
-    col = src.head[src.date_column].cast(pl.String).drop_nulls().str.strip_chars()
-    if col.len() and col.str.contains(r"^(18|19|20|21|22)\d{6}$").all():
-        return "yyyymmdd-int"
-    return None
-
-
-def _explain_bad_value(src: Source) -> pl.DataFrame:
-    """Re-read as text; raise InputError at the first non-numeric cell, else return the text frame."""
+def _explain_bad_value(src: Source) -> None:
+    """Read the file as text, a chunk at a time; raise InputError naming the first non-numeric cell of the first
+    column (in the file's order) that has one. Returns when there is none."""
+    first: dict[str, tuple[int, str]] = {}
     try:
-        df = _scan(src, text_only=True).collect()
+        lf = _scan(src, text_only=True)
+        for df in lf.collect_batches(chunk_size=max(1, int(CHUNK_BYTES / max(src.row_bytes, 1.0))),
+                                     optimizations=ALL_COLUMNS):
+            for s in src.value_columns:
+                col = df[s]
+                if s in first or col.dtype != pl.String:
+                    continue
+                parsed = col.str.strip_chars().cast(pl.Float64, strict=False)
+                bad = parsed.is_null() & col.is_not_null()
+                if bad.any():
+                    i = bad.arg_max()
+                    first[s] = (int(df["_row"][i]), col[i])
+            if next(iter(src.value_columns), None) in first:
+                break                        # the first column's first bad cell: nothing can come before it
     except pl.exceptions.PolarsError as exc:
         if not is_parquet(src.path):        # most likely a line with more fields: name it
             textscan.exact_lines(np.frombuffer(src.data, np.uint8) if src.data is not None
                                  else textscan.map_file(src.path), src.separator, len(src.columns), src.path)
         raise InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
     for s in src.value_columns:
-        col = df[s]
-        if col.dtype == pl.String:
-            parsed = col.str.strip_chars().cast(pl.Float64, strict=False)
-            bad = parsed.is_null() & col.is_not_null()
-            if bad.any():
-                i = bad.arg_max()
-                cell = str(col[i]).strip()
-                hint = (f" (a missing-value marker? pass --na {cell!r})"
-                        if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
-                raise InputError(f"{src.where(df['_row'][i])}: column {C.short(s)}: non-numeric value "
-                                 f"{C.short(col[i])}{hint}")
-    return df
+        if s in first:
+            row, value = first[s]
+            cell = str(value).strip()
+            hint = (f" (a missing-value marker? pass --na {cell!r})"
+                    if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
+            raise InputError(f"{src.where(row)}: column {C.short(s)}: non-numeric value {C.short(value)}{hint}")

@@ -16,7 +16,9 @@ from __future__ import annotations
 import codecs
 import mmap
 import os
+import threading
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -78,12 +80,141 @@ def detect_encoding(path: Path) -> tuple[str, bytes | None]:
             return ("utf-8-sig" if bom else "utf-8"), None
         except UnicodeDecodeError:
             pass
+    return "gb18030", gb18030(path)
+
+
+def gb18030(path: Path) -> bytes:
+    """The file, read as GB18030 (a superset of GBK), re-encoded as UTF-8; InputError when it is not that either."""
     raw = Path(path).read_bytes()
     try:
-        return "gb18030", raw.decode("gb18030").encode("utf-8")
+        return raw.decode("gb18030").encode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise InputError(f"{path}: line {line}: neither UTF-8 nor GBK/GB18030 text (byte {exc.start})") from None
+
+
+def sniff_encoding(path: Path) -> tuple[str, bytes | None, bool]:
+    """(encoding, re-encoded bytes or None, settled) from the first block: all ASCII, the file is taken for UTF-8
+    and, when it has more, not settled (:func:`scan` checks the rest, in the same pass as the field counts);
+    otherwise the whole file is decided here (:func:`detect_encoding`)."""
+    with open(path, "rb") as fh:
+        head = fh.read(BLOCK)
+        more = bool(fh.read(1))
+    for magic, what, undo in _NOT_CSV_TEXT:
+        if head[: len(magic)] == magic:
+            raise InputError(f"{path}: {what}, not CSV text readable here; {undo}")
+    bom = head[:3] == _BOM
+    if np.frombuffer(head, dtype=np.uint8)[3 if bom else 0:].max(initial=0) < 128:
+        return ("utf-8-sig" if bom else "utf-8"), None, not more
+    enc, data = detect_encoding(path)
+    return enc, data, True
+
+
+def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = False,
+         stop: threading.Event | None = None) -> bool:
+    """The whole-file checks of a CSV in one pass, a block at a time: the field count of every line (as
+    :func:`check_lines`, raising InputError at the first wrong one) and, with ``utf8``, that the text is UTF-8.
+
+    A file is mapped and each block's pages dropped once counted: no copy, and resident memory stays one block.
+
+    Args:
+        path: the file (read unless ``data``, its bytes, is given).
+        utf8: check the encoding too (a file whose first block was ASCII, see :func:`sniff_encoding`).
+        stop: set by the caller when the result is no longer wanted.
+
+    Returns:
+        False when ``utf8`` and the text is not UTF-8 (the caller reads it as GB18030), else True.
+    """
+    mm = None
+    if data is None:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return True
+            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        raw = data if data is not None else mm
+        ok, quoted = _counts_agree(raw, mm, ord(sep), n_fields, utf8 and data is None, stop)
+    finally:
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:    # an exception's frames still see the array: the mapping goes with them
+                pass
+    if ok is None:
+        return False
+    if quoted or not ok:
+        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path)
+    return True
+
+
+def _counts_agree(raw: bytes | mmap.mmap, mm: mmap.mmap | None, s: int, n_fields: int, utf8: bool,
+                  stop: threading.Event | None) -> tuple[bool | None, bool]:
+    """(True when the separators number ``(n_fields - 1) x lines`` (trailing blank lines aside; see
+    :func:`count_lines`), False when not, None when ``utf8`` and the text is not UTF-8; whether it has a quote)."""
+    b = np.frombuffer(raw, dtype=np.uint8)
+    seps = newlines = trailing = 0     # trailing: line ends in the run of line-end bytes that ends the text
+    quoted = False
+    dec = None
+    start = 3 if b[:3].tobytes() == _BOM else 0
+    for lo in range(0, len(b), BLOCK):
+        if stop is not None and stop.is_set():
+            return True, quoted
+        blk = b[lo: lo + BLOCK]
+        quoted = quoted or raw.find(b'"', lo, lo + len(blk)) >= 0   # memchr; quotes make the counts meaningless
+        if utf8:
+            try:
+                if dec is not None:
+                    dec.decode(blk.data)
+                elif blk[start:].max(initial=0) >= 128:
+                    dec = codecs.getincrementaldecoder("utf-8")()
+                    dec.decode(blk[start:].data)
+            except UnicodeDecodeError:
+                return None, quoted
+            start = 0
+        if not quoted:   # whole blocks: few calls, so few hand-overs of the GIL to and from the parsing thread
+            seps += int(np.count_nonzero(blk == s))
+            newlines += int(np.count_nonzero(blk == _NL))
+        end = len(blk)
+        while end and blk[end - 1] in (_NL, _CR):
+            end -= 1
+        tail = int(np.count_nonzero(blk[end:] == _NL))
+        trailing = trailing + tail if end == 0 else tail
+        if mm is not None:
+            mm.madvise(mmap.MADV_DONTNEED, lo, len(blk))   # read-only: the pages stay in the page cache
+    if dec is not None:
+        try:
+            dec.decode(b"", final=True)
+        except UnicodeDecodeError:
+            return None, quoted
+    body = newlines - trailing       # line ends before the trailing blank lines (a spreadsheet's: no error)
+    return len(b) <= trailing or seps == (n_fields - 1) * (body + 1), quoted
+
+
+class Background:
+    """A function run in a thread beside the parse (numpy and file reads release the GIL); :meth:`result`
+    waits for it and returns its value or raises its exception."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.stop = threading.Event()
+        self._value: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[..., Any], args: tuple) -> None:
+        try:
+            self._value = fn(*args, stop=self.stop)
+        except BaseException as exc:   # handed to the caller of result()
+            self._error = exc
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+    def cancel(self) -> None:
+        self.stop.set()
 
 
 def check_lines(buf: np.ndarray | bytes, sep: str, n_fields: int, path: Path, first_line: int = 1) -> int:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import polars as pl
 
 from . import adjust
@@ -93,4 +94,27 @@ def quality_problems(df: pl.DataFrame, files: list[Path]) -> list[Problem]:
         if n:
             idx = df.select(exprs[kind].fill_null(False).alias("m"))["m"].arg_true().head(MAX_EXAMPLES)
             out.append(Problem(kind, CHECKS[kind][0], int(n), [describe_row(df, i, files) for i in idx.to_list()]))
+    return out
+
+
+def quality_flags(fields: list[str], prices: list[str]) -> pl.Expr:
+    """Per row, as polars reads the file: bit 0 when every price is missing (no bar), bit k + 1 when the k-th
+    kind of CHECKS applies to a row with a price. :func:`flagged_problems` turns them into Problems."""
+    empty = pl.all_horizontal([pl.col(c).is_null() for c in prices]) if prices else pl.lit(False)
+    bits = empty.cast(pl.UInt32)
+    for k, (_, pred) in enumerate(CHECKS.values()):
+        e = pred(set(fields))
+        if e is not None:
+            bits = bits | ((e.fill_null(False) & ~empty).cast(pl.UInt32) * (1 << (k + 1)))
+    return bits
+
+
+def flagged_problems(df: pl.DataFrame, flags: np.ndarray, files: list[Path]) -> list[Problem]:
+    """:func:`quality_problems` of ``df`` (rows with a price) from its rows' :func:`quality_flags`."""
+    out: list[Problem] = []
+    for k, (kind, (description, _)) in enumerate(CHECKS.items()):
+        hit = np.flatnonzero(flags & (1 << (k + 1)))
+        if len(hit):
+            out.append(Problem(kind, description, len(hit),
+                               [describe_row(df, int(i), files) for i in hit[:MAX_EXAMPLES]]))
     return out

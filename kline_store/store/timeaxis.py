@@ -61,6 +61,54 @@ def keys(times: np.ndarray, unit_: str) -> np.ndarray:
     return np.asarray(times).astype(f"datetime64[{unit_}]").astype(np.int64)
 
 
+DENSE = 16   # keys spread over at most DENSE x their count (+ 64 Ki) are handled with a table over their span
+
+
+def unique_keys(keys: np.ndarray) -> np.ndarray:
+    """Sorted distinct keys (int64). Keys whose span is not much wider than their count (days; a session's
+    minutes) are marked in a table over that span: one pass, cheaper than hashing or sorting them."""
+    k = np.asarray(keys)
+    if not len(k):
+        return np.zeros(0, dtype=np.int64)
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo >= DENSE * len(k) + (1 << 16):
+        return np.unique(k).astype(np.int64)
+    seen = np.zeros(hi - lo + 1, dtype=bool)
+    seen[k - lo] = True
+    return np.flatnonzero(seen) + lo
+
+
+class KeyIndex:
+    """Where keys sit in a sorted calendar of keys: a table over the calendar's span when that is not much wider
+    than the calendar (4 bytes per key of span), else a binary search."""
+
+    def __init__(self, calendar: np.ndarray) -> None:
+        self.calendar = np.asarray(calendar, dtype=np.int64)
+        n = len(self.calendar)
+        self.lo = int(self.calendar[0]) if n else 0
+        span = int(self.calendar[-1]) - self.lo + 1 if n else 0
+        self.table = None
+        if n and span <= DENSE * n + (1 << 16):
+            self.table = np.full(span, -1, dtype=np.int32)
+            self.table[self.calendar - self.lo] = np.arange(n, dtype=np.int32)
+
+    def find(self, keys: np.ndarray) -> np.ndarray:
+        """int32 index of each key in the calendar, -1 for a key not in it."""
+        keys = np.asarray(keys, dtype=np.int64)
+        if self.table is not None:
+            at = keys - self.lo
+            inside = (at >= 0) & (at < len(self.table))
+            if inside.all():
+                return self.table[at]
+            out = np.full(len(keys), -1, dtype=np.int32)
+            out[inside] = self.table[at[inside]]
+            return out
+        if not len(self.calendar):
+            return np.full(len(keys), -1, dtype=np.int32)
+        pos = np.minimum(np.searchsorted(self.calendar, keys), len(self.calendar) - 1)
+        return np.where(self.calendar[pos] == keys, pos, -1).astype(np.int32)
+
+
 def iso(values: np.ndarray) -> list[str]:
     """Stamps as canonical text: ``YYYY-MM-DD`` for days, ``YYYY-MM-DDTHH:MM`` for minutes."""
     values = np.asarray(values)
@@ -103,10 +151,14 @@ def detect_freq(minute_keys: np.ndarray, symbol_codes: np.ndarray) -> str:
         symbol_codes: each bar's symbol.
     """
     _, gap, same = _same_day_gaps(minute_keys, symbol_codes)
-    gaps = gap[same]
-    if gaps.size == 0:
+    return freq_of_gaps(*np.unique(gap[same], return_counts=True))
+
+
+def freq_of_gaps(values: np.ndarray, counts: np.ndarray) -> str:
+    """The bar size whose gap (minutes) is the most common, given the distinct gaps and their counts (sorted);
+    daily when there is none."""
+    if values.size == 0:
         return DAILY
-    values, counts = np.unique(gaps, return_counts=True)
     size = int(values[np.argmax(counts)])
     if MINUTES_PER_DAY % size:
         raise InputError(f"bars are most often {size} minutes apart, which does not divide a day; pass --freq")

@@ -207,3 +207,71 @@ def test_a_list_typed_parquet_column_is_named(tmp_path):
     pl.DataFrame({"date": ["2024-01-02"], "close": [1.0], "tags": [["a", "b"]]}).write_parquet(q)
     s = inspect_source(q)
     assert s.dropped == ["tags"] and read_source(s)["close"][0] == 1.0
+
+
+@pytest.mark.parametrize("tight", [True, False])
+def test_big_parquet_slices_match_whole_read(tmp_path, monkeypatch, tight):
+    """A Parquet file read in slices of whole row groups (memory tight) or by polars' streaming reader gives the
+    same rows and row numbers as in one go."""
+    from kline_store.ingest import readers
+    n = 5000
+    df = pl.DataFrame({"ts_code": [f"S{i % 7}" for i in range(n)], "trade_date": [20200101 + i % 28 for i in range(n)],
+                       "close": [i + 0.5 for i in range(n)], "vol": [float(i) for i in range(n)]})
+    p = tmp_path / "long.parquet"
+    df.write_parquet(p, row_group_size=300)
+    src = inspect_source(p)
+    whole = list(readers.iter_chunks(src, chunk_bytes=1 << 30))
+    monkeypatch.setattr(readers, "WHOLE_FILE", 0)
+    monkeypatch.setattr(readers, "STREAM_MEMORY", 1 << 62 if tight else 0)
+    parts = list(readers.iter_chunks(src, chunk_bytes=4096))
+    assert len(whole) == 1 and len(parts) > 5
+    assert pl.concat(parts).equals(whole[0])
+    bad = tmp_path / "bad.parquet"
+    df.with_columns(pl.col("close").cast(pl.String)).with_columns(
+        pl.when(pl.int_range(n) == 3000).then(pl.lit("oops")).otherwise(pl.col("close")).alias("close")
+    ).write_parquet(bad, row_group_size=300)
+    with pytest.raises(InputError, match="row 3001: column 'close': non-numeric value 'oops'"):
+        list(readers.iter_chunks(inspect_source(bad), chunk_bytes=4096))
+
+
+def test_a_file_read_again_from_its_start(tmp_path, monkeypatch):
+    """Words that mean "missing" after the first chunk, and GBK text after an ASCII first block: the file is read
+    again on the text path or as GB18030 (readers.Reread) and its bars are those of a read in one go."""
+    import importlib
+
+    from kline_store.ingest import readers, textscan
+    from kline_store.ingest.bars import read_bars
+    bars = importlib.import_module("kline_store.ingest.bars")
+    lines = ["ts_code,trade_date,close,vol,name"] + [f"S{i % 7},{20200101 + i % 28},{i}.5,{i},abc"
+                                                     for i in range(5000)]
+    na = write(tmp_path / "na.csv", "\n".join(lines[:4000] + ["S1,20200105,NA,1,abc"] + lines[4000:]) + "\n")
+    gbk = tmp_path / "gbk.csv"
+    gbk.write_bytes(("\n".join(lines) + "\nS1,20200105,1.5,2,平安银行\n").encode("gbk"))
+    whole = {p: read_bars([p]) for p in (na, gbk)}
+    monkeypatch.setattr(textscan, "BLOCK", 4096)          # the GBK name lies past the first block
+    assert read_bars([gbk]).sources[0]["encoding"] == "gb18030"     # one chunk: found before it is handed out
+    monkeypatch.setattr(readers, "WHOLE_FILE", 0)
+    monkeypatch.setattr(bars, "PIECES_FROM", 0)
+    monkeypatch.setattr(bars, "PIECE_BYTES", 4096)
+    for p, want in whole.items():
+        got = read_bars([p])
+        assert got.sources[0]["encoding"] == want.sources[0]["encoding"]
+        assert sorted(got.names) == sorted(want.names) and len(got) == len(want) == (5000 if p == na else 5001)
+        np.testing.assert_array_equal(np.asarray(got.names)[got.sym], np.asarray(want.names)[want.sym])
+        for col in ("minute", "row", "values"):
+            np.testing.assert_array_equal(getattr(got, col), getattr(want, col))
+        assert sorted(got.stamps) == sorted(want.stamps)
+    assert whole[gbk].sources[0]["encoding"] == "gb18030"
+
+
+def test_stamp_set_marks_what_unique_finds(monkeypatch):
+    from kline_store.ingest.sink import StampSet
+    rng = np.random.default_rng(1)
+    for span in (50, 10 ** 6):
+        monkeypatch.setattr(StampSet, "MAX_SPAN", span)
+        s, seen = StampSet(), []
+        for _ in range(20):
+            block = rng.integers(-500, 500, rng.integers(0, 40)) * int(rng.choice([1, 1440])) + int(rng.integers(-10**5, 10**5))
+            s.add(block)
+            seen.append(block)
+        assert s.values().tolist() == np.unique(np.concatenate(seen)).tolist()

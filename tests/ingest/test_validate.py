@@ -45,3 +45,23 @@ def test_merge_keeps_order_counts_and_first_examples():
     m = merge_problems(a, b)
     assert [p.kind for p in m] == ["high_below_low", "zero_volume"]
     assert m[1].count == 7 and m[1].examples == ["1", "2", "3"][:MAX_EXAMPLES]
+
+
+def test_flags_computed_while_reading_give_the_same_problems():
+    """quality_flags (evaluated by polars as a file is read) + flagged_problems == quality_problems of the rows
+    with a price, every kind and example included."""
+    import numpy as np
+
+    from kline_store.ingest.validate import flagged_problems, quality_flags
+    rng = np.random.default_rng(3)
+    n = 400
+    cols = {c: rng.choice([-1.0, 0.0, 1.0, 2.0, 3.0, None], n).tolist()
+            for c in ("open", "high", "low", "close", "volume", "adj_close", "split")}
+    df = frame(**cols).with_columns(pl.col(c).cast(pl.Float32) for c in cols)
+    fields = list(cols)
+    flags = df.select(quality_flags(fields, ["open", "high", "low", "close"]))[:, 0].to_numpy()
+    empty = (flags & 1) != 0
+    assert empty.sum() == df.select(pl.all_horizontal(pl.col(c).is_null() for c in ("open", "high", "low", "close"))
+                                    ).to_series().sum()
+    kept = df.filter(pl.Series(~empty))
+    assert flagged_problems(kept, flags[~empty], FILES) == quality_problems(kept, FILES)
