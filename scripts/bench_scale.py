@@ -15,7 +15,10 @@ What it does, all in one run, then prints one table and cleans up (store, cgroup
 
 Columns: ``window MB/s`` is windows/s x the bytes of a window's bars, compared with the disk ceiling (target for
 the block order: >= 80%); ``store MB/s`` is windows/s x the bytes of one bar (each window brings one new bar of the
-store: an epoch's windows are about its bars), the rate the store itself is consumed at.
+store: an epoch's windows are about its bars), the rate the store itself is consumed at. ``of CPU ceiling``
+compares windows/s with the bare gather of the same windows from memory (``index_select`` in 2 threads out of a
+resident array the size of the block pool), measured in the same run: where that is below the disk ceiling, the
+cores, not the disk, bound any loader of these windows.
 ``read amp`` is disk bytes / the store bytes the delivered windows need: for the block order the share of the
 epoch delivered times the store's bytes; for the uniform order the expected distinct bytes of k random windows of
 w bars among n, ``store x (1 - (1 - k/n)^w)`` (target for the block order: <= 1.2). Timing figures are only
@@ -101,6 +104,40 @@ def disk_ceiling(path: Path, seconds: float, threads: int = 8) -> dict[str, floa
         t.join()
     out[f"random x{threads}"] = sum(got) / (time.perf_counter() - t0)
     return out
+
+
+def gather_ceiling(window: int, n_fields: int, resident_bytes: int, seconds: float, threads: int = 2,
+                   chunk: int = 5461) -> float:
+    """Windows/s of the bare gather the loader does, from memory: ``threads`` threads (the loader's default gather
+    threads) each copying chunks of ``chunk`` random windows (``torch.index_select`` of overlapping rows) out of a
+    resident array of ``resident_bytes`` (the block pool's size: the bytes the block order gathers from at a
+    time). The ceiling of any loader of these windows on this machine's cores, whatever the disk."""
+    import numpy as np
+    import torch
+
+    bars = max(window + 1, resident_bytes // (4 * n_fields))
+    flat = torch.rand(bars, n_fields)
+    rows = torch.as_strided(flat, (bars - window + 1, window * n_fields), (n_fields, 1))
+    got = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def copier(k: int) -> None:
+        idx = torch.from_numpy(np.random.default_rng(k).integers(0, rows.shape[0], chunk * 16))
+        out = torch.empty(chunk, window * n_fields)
+        i = 0
+        while time.perf_counter() < stop:
+            torch.index_select(rows, 0, idx[i * chunk: (i + 1) * chunk], out=out)
+            got[k] += chunk
+            i = (i + 1) % 16
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    ts = [threading.Thread(target=copier, args=(k,)) for k in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return sum(got) / (time.perf_counter() - t0)
 
 
 def child(args: argparse.Namespace) -> None:
@@ -200,6 +237,14 @@ def main() -> None:
         path = data_file(store)
         ceiling = disk_ceiling(path, max(2.0, args.seconds / 4))
         best = max(ceiling.values())
+        from kline_store.feed.block_feed import POOL_FRACTION
+        n_fields = 6 if args.store is None else None
+        if n_fields is None:
+            import kline_store as ks
+            st = ks.open_store(store, verify=False)
+            n_fields = len(st.fields)
+            st.close()
+        cpu = gather_ceiling(args.window, n_fields, int(limit * POOL_FRACTION), max(2.0, args.seconds / 8))
         rows = []
         for order in args.orders.split(","):
             drop_cache(path)
@@ -221,13 +266,15 @@ def main() -> None:
         st.close()
         print(f"\nstore {st_bytes / 2**30:.2f} GiB, memory limit {limit / 2**30:.2f} GiB "
               f"({st_bytes / limit:.1f}x), window {args.window}, batch {args.batch}; disk ceiling "
-              + ", ".join(f"{k} {v / MiB:.0f} MB/s" for k, v in ceiling.items()))
-        print("| order | windows/s | window MB/s | of disk ceiling | store MB/s | read amp | private growth | windows "
-              "| note |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              + ", ".join(f"{k} {v / MiB:.0f} MB/s" for k, v in ceiling.items())
+              + f"; CPU ceiling (bare gather, 2 threads, from {limit * POOL_FRACTION / MiB:.0f} MiB resident) "
+              f"{cpu:,.0f} windows/s = {cpu * args.window * n_fields * 4 / MiB:,.0f} window MB/s")
+        print("| order | windows/s | window MB/s | of disk ceiling | of CPU ceiling | store MB/s | read amp "
+              "| private growth | windows | note |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             if "refused" in r:
-                print(f"| {r['order']} | - | - | - | - | - | {r.get('private_growth', 0) / MiB:.0f} MiB | - | "
+                print(f"| {r['order']} | - | - | - | - | - | - | {r.get('private_growth', 0) / MiB:.0f} MiB | - | "
                       f"{r['refused']} |")
                 continue
             wps = r["windows"] / max(r["seconds"], 1e-9)
@@ -239,7 +286,7 @@ def main() -> None:
                     f"({r['disk_bytes'] / max(r['major_faults'], 1) / 1024:,.0f} KiB read per fault)")
             if r.get("block_bytes"):
                 note += f", blocks of {r['block_bytes'] / 1024:.0f} KiB"
-            print(f"| {r['order']} | {wps:,.0f} | {wbs / MiB:,.0f} | {wbs / best:.0%} | {mbs / MiB:.1f} | {amp:.2f} | "
+            print(f"| {r['order']} | {wps:,.0f} | {wbs / MiB:,.0f} | {wbs / best:.0%} | {wps / cpu:.0%} | {mbs / MiB:.1f} | {amp:.2f} | "
                   f"{r['private_growth'] / MiB:.0f} MiB | {r['windows']:,} of {r['n']:,} | {note} |")
     finally:
         if cg is not None:

@@ -144,10 +144,11 @@ class BlockBatches:
         cur = position
         if cur < min(own, end):
             r, off = plan.round_of(cur)
+            ahead = RoundsAhead(plan)
             while cur < min(own, end):
                 if notify and self.residency is not None:
                     self.residency(plan, r)
-                arr = plan.round_positions(r)[off: off + min(own, end) - cur]
+                arr = ahead.take(r)[off: off + min(own, end) - cur]
                 cur += len(arr)
                 r, off = r + 1, 0
                 if len(arr):
@@ -209,6 +210,31 @@ class BlockBatches:
             raise InputError(f"loader state position={position} is outside the epoch")
         self.epoch = int(state["epoch"])
         self.position = position
+
+
+class RoundsAhead:
+    """Round positions of a plan, the next round computed in a background thread while this one is delivered: a
+    round's shuffle (hundreds of thousands of positions; numpy and torch release the GIL) then overlaps the gathers
+    instead of holding up the thread that asked for the next chunk."""
+
+    def __init__(self, plan: RoundPlan) -> None:
+        self.plan = plan
+        self._job: tuple[int, threading.Thread, list[np.ndarray]] | None = None
+
+    def take(self, r: int) -> np.ndarray:
+        job, self._job = self._job, None
+        if job is not None and job[0] == r:
+            job[1].join()
+            arr = job[2][0] if job[2] else self.plan.round_positions(r)
+        else:
+            arr = self.plan.round_positions(r)
+        if r + 1 < self.plan.n_rounds and not stopping.is_set():
+            box: list[np.ndarray] = []
+            th = track(threading.Thread(target=lambda: box.append(self.plan.round_positions(r + 1)),
+                                        name="kline-round", daemon=True))
+            th.start()
+            self._job = (r + 1, th, box)
+        return arr
 
 
 class Residency:
@@ -359,5 +385,5 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     return sampler, order
 
 
-__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "agreed_blocks", "check_loader_memory",
-           "check_uniform", "choose_order", "default_pool", "make_sampler", "supports_blocks"]
+__all__ = ["AUTO_FRACTION", "BlockBatches", "ORDERS", "Residency", "RoundsAhead", "agreed_blocks",
+           "check_loader_memory", "check_uniform", "choose_order", "default_pool", "make_sampler", "supports_blocks"]

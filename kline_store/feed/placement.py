@@ -109,12 +109,21 @@ def background_priority() -> None:
         pass
 
 
+_libc_madvise: Any = False   # libc's madvise, looked up once (a CDLL per call cost more than the call: the block
+                             # order advises hundreds of ranges a second)
+
+
 def _madvise(addr: int, length: int, advice: int) -> bool:
-    if not sys.platform.startswith("linux"):
+    global _libc_madvise
+    if _libc_madvise is False:
+        _libc_madvise = None
+        if sys.platform.startswith("linux"):
+            fn = ctypes.CDLL(None, use_errno=True).madvise
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+            _libc_madvise = fn
+    if _libc_madvise is None:
         return False
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    return libc.madvise(ctypes.c_void_p(addr), ctypes.c_size_t(length), advice) == 0  # releases the GIL
+    return _libc_madvise(addr, length, advice) == 0  # releases the GIL
 
 
 def readahead(arr: np.ndarray, starts: np.ndarray | None = None, length: int = 0,

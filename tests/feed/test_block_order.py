@@ -137,3 +137,14 @@ def test_state_of_another_order_is_refused():
 def test_group_segments():
     t = np.arange(12).reshape(2, 6)
     assert B.group_segments(t, 4).tolist() == [0 + 1 + 2 + 3, 4 + 5, 6 + 7 + 8 + 9, 10 + 11]
+
+
+def test_rounds_computed_ahead_are_the_rounds():
+    """The next round's positions come from a background thread: the same arrays, in order or from a resume."""
+    from kline_store.feed.block_feed import RoundsAhead
+    counts = np.random.default_rng(3).integers(0, 50, 200)
+    plan = B.RoundPlan(B.rank_pieces(counts, 1), 1, 2, 0, pool=16, lifetime=4)
+    assert plan.n_rounds > 5
+    ahead = RoundsAhead(plan)
+    for r in [0, 1, 2, 4, 5, 3] + list(range(plan.n_rounds)):
+        assert np.array_equal(ahead.take(r), plan.round_positions(r))

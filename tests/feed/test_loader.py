@@ -290,7 +290,7 @@ def test_a_script_that_stops_mid_epoch_exits_cleanly(tmp_path):
     for k, body in enumerate(scripts):
         script = tmp_path / f"stop{k}.py"
         script.write_text(head + body + "print('stopped')\n")
-        for _ in range(3):
+        for _ in range(2):   # the abort was a race: more than one run each
             r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
             assert r.returncode == 0 and r.stdout.strip() == "stopped", (k, r.returncode, r.stderr[-500:])
             assert "terminate called" not in r.stderr

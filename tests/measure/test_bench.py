@@ -38,7 +38,7 @@ def test_classic_datasets_return_the_windows(store):
 
 def test_bench_runs_every_row(store, tmp_path):
     seen = []
-    res = bn.bench(store, window=16, batch_size=32, samples=3000, classic_samples=200, rounds=2,
+    res = bn.bench(store, window=16, batch_size=32, samples=3000, classic_samples=200, rounds=1,
                    min_cache_multiple=0, progress=seen.append)
     names = [r.name for r in res.rows]
     assert names == [*bn.VARIANTS, "memcpy"]

@@ -113,7 +113,7 @@ def test_every_day_once_over_ranks_with_equal_steps(pair, world, seed, tail, poo
         assert cov["missing"] == 0 and cov["delivered"] - n < world
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=10, deadline=None)
 @given(world=st.integers(1, 3), seed=st.integers(0, 5), pool=st.integers(1, 6), segs=st.integers(1, 3),
        batch=st.integers(1, 9), stop=st.integers(0, 40), epoch=st.integers(0, 2))
 def test_order_of_seed_epoch_rank_only_and_exact_resume(pair, world, seed, pool, segs, batch, stop, epoch):
