@@ -31,6 +31,7 @@ from . import windows as W
 from ..errors import InputError
 from ..memory import Available, available, gib
 from .pages import advise_drop, advise_read, drop_rows, mapping_base, mark_random
+from .segments import SegmentLookup
 from .spec import SamplePlan
 
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
@@ -96,6 +97,7 @@ class BlockIndex:
         self.n_segments = self.counts.shape[1]
         days = self.seg_days(np.arange(self.n_segments))
         self.dense = self.counts == days[None, :]          # [rows, segs]: every day of the segment is a sample
+        self._lookup: SegmentLookup | None = None           # made on first use (a dataset may never gather)
         self._cache: dict[int, np.ndarray] = {}
         self._source: Any = None                             # (panel, plan) to compute segments from
         self._maps: list[np.ndarray] = []                    # mappings whose pages prefetch/release advise
@@ -153,6 +155,7 @@ class BlockIndex:
         self.cum = np.r_[0, np.cumsum(self.counts.reshape(-1), dtype=np.int64)].astype(np.int64)
         days = self.seg_days(np.arange(self.n_segments))
         self.dense = self.counts == days[None, :]
+        self._lookup = None
         self._cache.clear()
 
     def attach(self, panel: np.ndarray, plan: SamplePlan, fd: int | None, row_stride: int, n_fields: int) -> None:
@@ -176,7 +179,9 @@ class BlockIndex:
 
     @property
     def nbytes(self) -> int:
-        return self.counts.nbytes + self.cum.nbytes + self.dense.nbytes
+        # the lookup once made: 8 + 8 + 4 bytes per non-empty segment (about)
+        lookup = 20 * int(np.count_nonzero(self.counts)) if self._lookup is None else self._lookup.nbytes
+        return self.counts.nbytes + self.cum.nbytes + self.dense.nbytes + lookup
 
     def day_span(self, window: int, horizon: int) -> tuple[int, int]:
         """``(d0, d1)``: calendar days any sample reads (from the first and last non-empty segments)."""
@@ -219,7 +224,9 @@ class BlockIndex:
         pos = np.atleast_1d(np.asarray(idx, dtype=np.int64))
         if pos.size and (pos.min() < 0 or pos.max() >= len(self)):
             raise IndexError(f"sample index out of range [0, {len(self)})")
-        seg = np.searchsorted(self.cum, pos, "right") - 1
+        if self._lookup is None:
+            self._lookup = SegmentLookup(self.cum)
+        seg = self._lookup(pos)
         j = pos - self.cum[seg]
         s, k = np.divmod(seg, max(self.n_segments, 1))
         t = self.t_lo + k * self.seg_bars + j          # right for dense segments

@@ -219,3 +219,19 @@ def test_residency_keeps_a_bounded_set_of_blocks(store):
     # the live pool, the next round's entering blocks and the last round's leaving ones, never the whole store
     assert 0 < peak <= 4 + 2 * max(1, 4 // block_feed.LIFETIME) + 4
     assert len(ds._index()._cache) <= 4 * plan.pool + 8
+
+
+def test_segment_lookup_is_the_binary_search():
+    """Positions to segments by table and steps, also over empty segments and runs of tiny ones."""
+    from kline_store.samples.segments import SegmentLookup
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n = int(rng.integers(1, 300))
+        counts = rng.integers(0, 5, n) * (rng.random(n) < rng.random())
+        if rng.random() < 0.3:
+            counts[rng.integers(0, n)] = rng.integers(100, 10_000)
+        cum = np.r_[0, np.cumsum(counts)].astype(np.int64)
+        if cum[-1] == 0:
+            continue
+        pos = np.r_[rng.integers(0, cum[-1], 500), 0, cum[-1] - 1]
+        assert np.array_equal(SegmentLookup(cum)(pos), np.searchsorted(cum, pos, "right") - 1)
