@@ -286,8 +286,8 @@ def main() -> None:
                     f"({r['disk_bytes'] / max(r['major_faults'], 1) / 1024:,.0f} KiB read per fault)")
             if r.get("block_bytes"):
                 note += f", blocks of {r['block_bytes'] / 1024:.0f} KiB"
-            print(f"| {r['order']} | {wps:,.0f} | {wbs / MiB:,.0f} | {wbs / best:.0%} | {wps / cpu:.0%} | {mbs / MiB:.1f} | {amp:.2f} | "
-                  f"{r['private_growth'] / MiB:.0f} MiB | {r['windows']:,} of {r['n']:,} | {note} |")
+            print(f"| {r['order']} | {wps:,.0f} | {wbs / MiB:,.0f} | {wbs / best:.0%} | {wps / cpu:.0%} | "
+                  f"{mbs / MiB:.1f} | {amp:.2f} | {r['private_growth'] / MiB:.0f} MiB | {r['windows']:,} of {r['n']:,} | {note} |")
     finally:
         if cg is not None:
             memory.remove_cgroup(cg[0])

@@ -29,8 +29,8 @@ from . import classic as CL
 from .timing import shut_down, time_batches
 
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
-VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "later_epoch", "first_epoch", "workers_0", "workers_2",
-            "recipe_kwargs", "processes_2", "dataloader", "dataloader_2", "dataloader_recipe", "getitem",
+VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "later_epoch", "first_epoch", "block_order", "workers_0",
+            "workers_2", "recipe_kwargs", "processes_2", "dataloader", "dataloader_2", "dataloader_recipe", "getitem",
             "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem")
 CLASSIC = ("classic_dl4", "classic_dl0", "file_read", "memmap_prefetch")
 PER_SAMPLE = ("getitem", "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader",
@@ -41,6 +41,7 @@ LABELS = {
     "kline_store": "ds.loader(batch_size=B, shuffle=True)",
     "later_epoch": "ds.loader(...) a whole later epoch of a loader in use (its next shuffle included)",
     "first_epoch": "ds.loader(...) whole first epoch after opening the store, its shuffle included",
+    "block_order": "ds.loader(..., order='blocks', block_bytes=64 KiB): the order of stores bigger than memory",
     "workers_0": "ds.loader(..., num_workers=0)",
     "workers_2": "ds.loader(..., num_workers=2)",
     "recipe_kwargs": "ds.loader(..., num_workers=4, pin_memory=True, prefetch_factor=4, persistent_workers=True)",
@@ -57,6 +58,7 @@ LABELS = {
     "qlib_getitem": "Qlib TSDataSampler[i], one sample at a time",
     "memcpy": "memcpy, 1 thread (bandwidth / sample bytes)",
 }
+BLOCK_BYTES = 64 << 10   # the block_order row's blocks
 QLIB_SYMBOLS = 200   # Qlib's sampler copies the bars into pandas first: a subset keeps its set-up bounded
 
 
@@ -200,6 +202,9 @@ def _measure_loud(name: str, run: Run) -> tuple[float, int, str]:
         t = time_batches(ld, samples=m - b, warmup_batches=0)
         shut_down(ld)
         return t.samples_per_s, t.samples, describe_config(ld)
+    if name == "block_order":   # blocks of 64 KiB, as under a 1 GiB limit: many rounds, not one
+        return _loader_rate(lambda: ds.loader(batch_size=b, seed=run.seed, order="blocks", block_bytes=BLOCK_BYTES),
+                            n, 8), n, ""
     if name in ("workers_0", "workers_2"):
         k = int(name[-1])
         return _loader_rate(lambda: ds.loader(batch_size=b, seed=run.seed, num_workers=k), n, 8), n, ""
