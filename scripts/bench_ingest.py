@@ -13,7 +13,9 @@ Children run with a bytecode cache (as an installed package has), after one unme
 the bare read and the ingest as separate processes, one after the other (and, with
 ``--baseline DIR``, the ingest of another checkout, its ``kline_store`` first on the path), so a ratio is
 taken between runs under the same load. Reported per input: the median over rounds of the paired ratio
-ingest / bare read, median wall times, and the peak RSS of each (the largest over rounds).
+ingest / bare read, median wall times, CPU seconds (user + system) and their paired ratio, and the peak RSS of
+each (the largest over rounds). On a machine of few cores the CPU ratio bounds the wall ratio from below: polars
+parses on every core, so the ingest's own work cannot hide beside it.
 
     python scripts/bench_ingest.py [--inputs daily-csv,minute-parquet] [--repeat 3] [--json]
                                    [--baseline ../old-checkout] [--keep DIR]
@@ -101,15 +103,15 @@ def write_input(kind: str, path: Path, shape: tuple[int, int]) -> None:
         minute_frame(*shape, text_stamps=False).write_parquet(path)
 
 
-def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child process."""
+def run(cmd: list[str], env: dict | None = None, cwd: Path | None = None) -> tuple[float, float, float]:
+    """Wall seconds, peak RSS (MiB) and CPU seconds (user + system, every thread) of one child process."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
     if status != 0:
         raise SystemExit(f"failed: {' '.join(cmd)}: {proc.stderr.read().decode()[-500:]}")
-    return wall, ru.ru_maxrss / 1024
+    return wall, ru.ru_maxrss / 1024, ru.ru_utime + ru.ru_stime
 
 
 def _shape(text: str) -> tuple[int, int]:
@@ -145,6 +147,9 @@ def bench_one(kind: str, path: Path, work: Path, a: argparse.Namespace) -> dict:
     res = {"input": kind, "mib": round(path.stat().st_size / 2**20, 1),
            "polars_s": round(med["polars"], 3), "ingest_s": round(med["ingest"], 3),
            "ratio": round(statistics.median(i[0] / p[0] for i, p in zip(runs["ingest"], runs["polars"])), 2),
+           "polars_cpu_s": round(statistics.median(r[2] for r in runs["polars"]), 3),
+           "ingest_cpu_s": round(statistics.median(r[2] for r in runs["ingest"]), 3),
+           "cpu_ratio": round(statistics.median(i[2] / p[2] for i, p in zip(runs["ingest"], runs["polars"])), 2),
            "polars_rss_mib": round(max(r[1] for r in runs["polars"])),
            "ingest_rss_mib": round(max(r[1] for r in runs["ingest"])),
            "all_s": {k: [round(r[0], 3) for r in v] for k, v in runs.items()}}
@@ -218,7 +223,7 @@ def _line(r: dict, a: argparse.Namespace) -> str:
     bare = "read_parquet" if r["input"].endswith("parquet") else "read_csv"
     text = (f"{r['input']:<15} {r['shape']:>9} {r['mib']:>7.1f} MiB  polars.{bare} {r['polars_s']:.3f} s "
             f"({r['polars_rss_mib']} MiB)  ingest {r['ingest_s']:.3f} s ({r['ingest_rss_mib']} MiB)  "
-            f"ratio {r['ratio']:.2f}")
+            f"ratio {r['ratio']:.2f} (CPU s {r['polars_cpu_s']:.2f} vs {r['ingest_cpu_s']:.2f}: {r['cpu_ratio']:.2f}x)")
     if a.baseline:
         text += (f"  | baseline {r['baseline_s']:.3f} s ({r['baseline_rss_mib']} MiB) ratio "
                  f"{r['baseline_ratio']:.2f}")
