@@ -22,7 +22,7 @@ from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
 from .. import memory
 from ..progress import Progress
-from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks
+from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks, without
 from .sink import Sink
 from .sources import expected_rows
 from .validate import Problem, flagged_problems, merge_problems, quality_flags
@@ -220,7 +220,7 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
         rows += df.height
         q = df["_quality"].to_numpy()
         seen = int(np.bitwise_or.reduce(q)) if len(q) else 0
-        df = df.drop("_quality")
+        df = without(df, "_quality")
         if seen & 1:        # no price at all: no bar
             empty = (q & 1) != 0
             n_empty += int(empty.sum())

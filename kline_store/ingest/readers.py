@@ -260,7 +260,7 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
     values = src.fields
     checks = df["_checks"].to_numpy()
     seen = int(np.bitwise_or.reduce(checks)) if len(checks) else 0   # rows looked at only when one has something
-    df = df.drop("_checks")
+    df = without(df, "_checks")
     if seen & 1:
         df = df.filter(pl.Series((checks & 1) == 0))
     if seen & 2:
@@ -274,7 +274,7 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
             raise InputError(f"{src.where(df['_row'][i])}: column {c!r}: infinite value")
     fast = _fast_dates(df)
     if fast is not None:
-        return df.with_columns(fast).drop("_date_raw", "_date_fast")
+        return without(df.with_columns(fast), "_date_raw", "_date_fast")
     rows = df["_row"]
 
     def where(i: int) -> str:
@@ -283,9 +283,18 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
     raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
     if "_time_raw" in df.columns:
         raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
-        df = df.drop("_time_raw")
+        df = without(df, "_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)
-    return df.with_columns(dates).drop("_date_raw", *(["_date_fast"] if "_date_fast" in df.columns else []))
+    return without(df.with_columns(dates), "_date_raw", *(["_date_fast"] if "_date_fast" in df.columns else []))
+
+
+def without(df: pl.DataFrame, *names: str) -> pl.DataFrame:
+    """``df`` less some columns, without a copy: ``DataFrame.drop`` goes through a lazy plan that joins the
+    chunks of every column a streaming read left (1.4 ms for a chunk of 230k rows; this: microseconds)."""
+    out = df.clone()   # shallow: the columns are shared
+    for name in names:
+        out.drop_in_place(name)
+    return out
 
 
 def _fast_dates(df: pl.DataFrame) -> pl.Series | None:

@@ -77,6 +77,21 @@ def test_typed_dates_out_of_range():
         parse([datetime.date(1, 1, 1)], pl.Date)
 
 
+def test_typed_stamps_convert_value_by_value_and_are_checked():
+    """Timestamps (a Parquet minute file) convert without a table of distinct values: the same stamps, the first
+    missing or out-of-range one named by its line."""
+    import datetime
+    t = datetime.datetime(2024, 1, 2, 9, 31)
+    out = parse([t, t + datetime.timedelta(minutes=1), t], pl.Datetime("us"), fn=parse_dates)
+    assert out.dtype == pl.Datetime("ms") and [str(v) for v in out] == ["2024-01-02 09:31:00", "2024-01-02 09:32:00",
+                                                                       "2024-01-02 09:31:00"]
+    with pytest.raises(InputError, match=r"f\.csv: line 3: missing date in column 'd'"):
+        parse([t, None, t], pl.Datetime("ms"), fn=parse_dates)
+    with pytest.raises(InputError, match=r"line 4: date 2201-01-01 \(datetime.datetime\(2201, 1, 1, 0, 0\)\) in "
+                                         r"column 'd' is outside 1800-01-01..2200-12-31"):
+        parse([t, t, datetime.datetime(2201, 1, 1)], pl.Datetime("ms"), fn=parse_dates)
+
+
 def test_integral_float_stamps_with_a_time_of_day():
     """pandas writes a YYYYMMDDHHMM column that once held a NaN as 202007010931.0."""
     from kline_store.ingest.dates import integral_float_dates
