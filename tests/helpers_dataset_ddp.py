@@ -69,7 +69,7 @@ def blocks(out_dir: Path, store: str, end: str, phase: str, steps: int, rank: in
 
 def main(store: str, out: str, end: str, phase: str, steps: str = "0") -> None:
     dist.init_process_group("gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     out_dir = Path(out)
     if phase in ("bhead", "btail"):
         blocks(out_dir, store, end, phase, int(steps), rank)

@@ -16,12 +16,11 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
 from ..errors import InputError
 from .background import stopping, track
 from .block_order import Pieces, RoundPlan, group_segments, pad_positions, rank_pieces
-from .config import local_world_size
+from .config import first_rank_decides, local_world_size
 from ..memory import Available, available, gib, require
 from .sampling import EpochBatches, check_args, index_dtype, n_batches, shard_size
 
@@ -324,23 +323,12 @@ def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, 
             + (", or backend='threads'" if processes and order == "blocks" else ""))
 
 
-_AGREED: dict[str, int] = {}   # block-order loaders sized in this process, per source shape: one sequence per rank
-
-
 def agreed_blocks(name: str, per_block: int) -> int:
-    """Segments per block every rank of the default process group takes: the first rank to ask decides (a
-    compare-and-set in the group's key-value store, so no rank waits), the k-th loader of a shape on each rank
-    agreeing with the k-th on the others. Each rank sizes blocks from its own available memory, which differs
-    between nodes and from moment to moment; blocks cut differently would make the ranks' shares overlap."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return per_block
-    try:
-        kv = dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
-        return per_block
-    _AGREED[name] = _AGREED.get(name, 0) + 1
-    return int(kv.compare_set(f"{name}/{_AGREED[name]}", "", str(int(per_block))))
+    """Segments per block every rank of the default process group takes (:func:`first_rank_decides`). Each rank
+    sizes blocks from its own available memory, which differs between nodes and from moment to moment; blocks cut
+    differently would make the ranks' shares overlap."""
+    agreed = first_rank_decides(name, per_block)
+    return per_block if agreed is None else agreed
 
 
 def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,

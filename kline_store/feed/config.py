@@ -52,6 +52,25 @@ def local_world_size() -> int:
         return 1
 
 
+_ASKED: dict[str, int] = {}   # first_rank_decides calls per key in this process: the k-th agrees with the k-th
+
+
+def first_rank_decides(key: str, value: int) -> int | None:
+    """The value every rank of the default process group takes for the k-th question ``key`` asked in this
+    process: the first rank to ask decides (a compare-and-set in the group's key-value store, so a rank that asks
+    alone never waits). None outside torch.distributed, with one rank, or without a store (nothing to agree on)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return None
+    try:
+        kv = dist.distributed_c10d._get_default_store()
+    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
+        return None
+    _ASKED[key] = _ASKED.get(key, 0) + 1
+    return int(kv.compare_set(f"{key}/{_ASKED[key]}", "", str(int(value))))
+
+
 def default_workers() -> int:
     """Gather threads by default: this process's share of the cores (at least 1, at most 8)."""
     return max(1, min(MAX_DEFAULT_WORKERS, usable_cores() // local_world_size()))

@@ -27,7 +27,7 @@ from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
 from .buffers import Layout
 from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
-from .config import device_kind, resolve_config
+from .config import device_kind, first_rank_decides, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
 from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
@@ -65,26 +65,15 @@ class BatchSource(Protocol):
     def resident_nbytes(self) -> int: ...
 
 
-_OPENS: dict[str, int] = {}   # datasets agreeing on each store in this process: the same sequence on every rank
-
-
 def agreed_version(store: Any, version: int) -> int | None:
-    """The store version every rank of the default process group reads: the first rank to ask decides (a
-    compare-and-set in the group's key-value store, so a rank that asks alone never waits); None outside
-    torch.distributed or with one rank (nothing to agree on yet)."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-    try:
-        kv = dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
-        return None
+    """The store version every rank of the default process group reads (:func:`first_rank_decides`); None
+    outside torch.distributed or with one rank (nothing to agree on yet)."""
     m = store.manifest   # what stays the same across a store's versions, and tells stores apart on any node
     first = (m.get("calendar") or [""])[0], (m.get("symbols") or [""])[0]
     name = f"kline-store/version/{m.get('created_at', '')}/{Path(str(store.path)).name}/{first[0]}/{first[1]}"
-    _OPENS[name] = _OPENS.get(name, 0) + 1
-    got = kv.compare_set(f"{name}/{_OPENS[name]}", "", str(int(version)))
-    return int(got)
+    return first_rank_decides(name, version)
+
+
 def _sample_bytes(layout: Layout | None) -> int:
     if layout is None:
         return 0
