@@ -32,3 +32,14 @@ def write(path: Path, text: str, encoding: str = "utf-8") -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(text.encode(encoding))
     return path
+
+
+def resumed(make_loader, steps: int) -> tuple[list, list, list]:
+    """``(whole epoch, first steps batches, the rest from a new loader resumed from the state after them)``."""
+    whole = list(make_loader())
+    ld = make_loader()
+    it = iter(ld)
+    head = [next(it) for _ in range(steps)]
+    again = make_loader()
+    again.load_state_dict(ld.state_dict())
+    return whole, head, list(again)

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import polars as pl
 import pytest
 
 from conftest import run_cli
-from kline_store import KlineDataset, ingest, open_store
+from kline_store import KlineDataset, ingest
 
 US = ("AAPL", "MSFT", "ORCL", "INTC")
 EU_ONLY = ["2013-07-04", "2013-11-28", "2014-01-20", "2014-02-17", "2014-05-26", "2014-07-04", "2014-09-01"]

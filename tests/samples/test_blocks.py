@@ -21,6 +21,7 @@ from kline_store import memory
 from kline_store.feed import block_feed
 from kline_store.measure.synthetic import make_store
 from kline_store.samples import blocks as BL
+from conftest import resumed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -99,14 +100,8 @@ def test_block_order_with_worker_processes_and_ranks(store):
 
 def test_resume_mid_epoch(store):
     ds = ks.KlineDataset(store, window=16, index="blocks")
-    whole = keys(ds.loader(batch_size=50, order="blocks", pool_blocks=8, seed=4))
-    ld = ds.loader(batch_size=50, order="blocks", pool_blocks=8, seed=4)
-    it = iter(ld)
-    first = [next(it) for _ in range(37)]
-    state = ld.state_dict()
-    again = ds.loader(batch_size=50, order="blocks", pool_blocks=8, seed=4)
-    again.load_state_dict(state)
-    assert np.array_equal(np.concatenate([keys(first), keys(again)]), whole)
+    whole, first, again = resumed(lambda: ds.loader(batch_size=50, order="blocks", pool_blocks=8, seed=4), 37)
+    assert np.array_equal(np.concatenate([keys(first), keys(again)]), keys(whole))
 
 
 def test_auto_picks_uniform_when_it_fits_and_blocks_when_not(store, monkeypatch):

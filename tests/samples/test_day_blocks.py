@@ -22,6 +22,7 @@ from kline_store.measure.synthetic import make_store as synthetic_store
 from kline_store.samples import day_blocks as DB
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
+from conftest import resumed
 
 DAYS = 5   # days per segment in this module's stores
 
@@ -179,14 +180,8 @@ def test_block_order_delivers_the_uniform_multiset_threads_and_processes(pair):
 
 def test_resume_mid_epoch_through_the_loader(pair):
     xs = pair[1]
-    whole = day_keys(xs.loader(batch_size=5, order="blocks", pool_blocks=3, seed=9))
-    ld = xs.loader(batch_size=5, order="blocks", pool_blocks=3, seed=9)
-    it = iter(ld)
-    head = [next(it) for _ in range(11)]
-    state = ld.state_dict()
-    again = xs.loader(batch_size=5, order="blocks", pool_blocks=3, seed=9)
-    again.load_state_dict(state)
-    assert day_keys(head) + day_keys(again) == whole
+    whole, head, again = resumed(lambda: xs.loader(batch_size=5, order="blocks", pool_blocks=3, seed=9), 11)
+    assert day_keys(head) + day_keys(again) == day_keys(whole)
 
 
 def test_auto_order_and_the_uniform_order_over_day_blocks(store, monkeypatch):
