@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,26 +85,36 @@ def disk_ceiling(path: Path, seconds: float, threads: int = 8) -> dict[str, floa
     finally:
         os.close(fd)
     drop_cache(path)
-    got = [0] * threads
-    stop = time.perf_counter() + seconds
 
-    def reader(k: int) -> None:
-        rng = random.Random(k)
+    def reader(k: int, stop: float) -> int:
+        rng, n = random.Random(k), 0
         fd = os.open(path, os.O_RDONLY)
         try:
             while time.perf_counter() < stop:
-                got[k] += len(os.pread(fd, MiB, rng.randrange(0, max(1, total - MiB)) // 4096 * 4096))
+                n += len(os.pread(fd, MiB, rng.randrange(0, max(1, total - MiB)) // 4096 * 4096))
         finally:
             os.close(fd)
+        return n
+
+    out[f"random x{threads}"] = rate_in_threads(reader, threads, seconds)
+    return out
+
+
+def rate_in_threads(work: Callable[[int, float], int], threads: int, seconds: float) -> float:
+    """Units per second of ``threads`` threads each running ``work(k, stop) -> units done`` until ``stop``."""
+    got = [0] * threads
+    stop = time.perf_counter() + seconds
+
+    def run(k: int) -> None:
+        got[k] = work(k, stop)
 
     t0 = time.perf_counter()
-    ts = [threading.Thread(target=reader, args=(k,)) for k in range(threads)]
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(threads)]
     for t in ts:
         t.start()
     for t in ts:
         t.join()
-    out[f"random x{threads}"] = sum(got) / (time.perf_counter() - t0)
-    return out
+    return sum(got) / (time.perf_counter() - t0)
 
 
 def gather_ceiling(window: int, n_fields: int, resident_bytes: int, seconds: float, threads: int = 2,
@@ -118,26 +129,19 @@ def gather_ceiling(window: int, n_fields: int, resident_bytes: int, seconds: flo
     bars = max(window + 1, resident_bytes // (4 * n_fields))
     flat = torch.rand(bars, n_fields)
     rows = torch.as_strided(flat, (bars - window + 1, window * n_fields), (n_fields, 1))
-    got = [0] * threads
-    stop = time.perf_counter() + seconds
 
-    def copier(k: int) -> None:
+    def copier(k: int, stop: float) -> int:
         idx = torch.from_numpy(np.random.default_rng(k).integers(0, rows.shape[0], chunk * 16))
         out = torch.empty(chunk, window * n_fields)
-        i = 0
+        i = n = 0
         while time.perf_counter() < stop:
             torch.index_select(rows, 0, idx[i * chunk: (i + 1) * chunk], out=out)
-            got[k] += chunk
+            n += chunk
             i = (i + 1) % 16
+        return n
 
     torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    ts = [threading.Thread(target=copier, args=(k,)) for k in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return sum(got) / (time.perf_counter() - t0)
+    return rate_in_threads(copier, threads, seconds)
 
 
 def child(args: argparse.Namespace) -> None:
