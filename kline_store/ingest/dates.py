@@ -49,13 +49,6 @@ def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Serie
     if raw.dtype.is_integer() and not raw.null_count() and raw.len() and \
             int(raw.min()) >= 18000101 and int(raw.max()) <= 22001231:   # type: ignore[arg-type]
         out = _yyyymmdd(raw, path, column, line).cast(TIME)
-    elif (local := temporal(pl.col(raw.name), raw.dtype)) is not None:
-        # Dates and timestamps convert value by value: no table of distinct values (a minute file's chunk has
-        # hundreds of thousands), the range checked on the whole column.
-        out = raw.to_frame().select(local).to_series()
-        if out.null_count():
-            raise InputError(f"{path}: {line(out.is_null().arg_max())}: missing date in column {column!r}")
-        _check_stamps(out, raw, path, column, line)
     else:
         uniq = raw.drop_nulls().unique(maintain_order=True)   # first-seen order: name the earliest line
         parsed = _parse_unique(uniq, raw, path, column, line)
@@ -69,19 +62,6 @@ def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Serie
 def parse_days(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
     """A column of dates (a calendar file): the date part of :func:`parse_dates`."""
     return parse_dates(raw, path, column, line).dt.date()
-
-
-def _check_stamps(out: pl.Series, raw: pl.Series, path: Path, column: str, line: Line) -> None:
-    """The range of stamps converted value by value: the first one outside FIRST_DAY..LAST_DAY named."""
-    days = out.dt.date()
-    lo, hi = days.min(), days.max()
-    if lo is None or (lo >= FIRST_DAY.item() and hi <= LAST_DAY.item()):
-        return
-    d = days.cast(pl.Int32).to_numpy()
-    bad = (d < int(FIRST_DAY.astype(np.int64))) | (d > int(LAST_DAY.astype(np.int64)))
-    i = int(np.flatnonzero(bad)[0])
-    raise InputError(f"{path}: {line(i)}: date {days[i]} ({raw[i]!r}) in column {column!r} is outside "
-                     f"{FIRST_DAY}..{LAST_DAY}")
 
 
 def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path, column: str, line: Line) -> None:

@@ -77,9 +77,9 @@ def test_typed_dates_out_of_range():
         parse([datetime.date(1, 1, 1)], pl.Date)
 
 
-def test_typed_stamps_convert_value_by_value_and_are_checked():
-    """Timestamps (a Parquet minute file) convert without a table of distinct values: the same stamps, the first
-    missing or out-of-range one named by its line."""
+def test_typed_stamps_are_converted_and_checked():
+    """Timestamps (a Parquet minute file's column on the path where polars' own conversion was refused): the
+    same stamps in milliseconds, the first missing or out-of-range one named by its line."""
     import datetime
     t = datetime.datetime(2024, 1, 2, 9, 31)
     out = parse([t, t + datetime.timedelta(minutes=1), t], pl.Datetime("us"), fn=parse_dates)
