@@ -30,7 +30,7 @@ import numpy as np
 from . import windows as W
 from ..errors import InputError
 from ..memory import Available, available, gib
-from .pages import advise_drop, advise_read, drop_rows, mapping_base, mark_random
+from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
 
@@ -100,7 +100,7 @@ class BlockIndex:
         self._lookup: SegmentLookup | None = None           # made on first use (a dataset may never gather)
         self._cache: dict[int, np.ndarray] = {}
         self._source: Any = None                             # (panel, plan) to compute segments from
-        self._maps: list[np.ndarray] = []                    # mappings whose pages prefetch/release advise
+        self.pages = Mappings()                              # whose pages prefetch and release advise
         self._fd: int | None = None
         self._row_stride = 0
         self._n_fields = 0
@@ -170,8 +170,7 @@ class BlockIndex:
         (``read_ahead_kb``, 8 MiB on some virtual disks: 64 blocks' worth per fault). Blocks are read ahead
         exactly, with ``MADV_WILLNEED`` over their byte range.
         """
-        self._maps.append(flat)
-        mark_random(flat)
+        self.pages.add(flat)
 
     # -- what it holds ----------------------------------------------------------------
     def __len__(self) -> int:
@@ -279,7 +278,7 @@ class BlockIndex:
 
     def prefetch(self, s: int, k0: int, k1: int) -> None:
         """Read row s's segments ``[k0, k1)`` (with their halo) ahead, map them, compute the sparse ones."""
-        advise_read(self._maps, [self._bytes(s, k0, k1, True)])
+        self.pages.read([self._bytes(s, k0, k1, True)])
         sparse = ~self.dense[s, k0:k1]
         if sparse.any() and self._source is not None and self.compute_days:
             ks = k0 + np.flatnonzero(sparse)
@@ -291,15 +290,13 @@ class BlockIndex:
         base = s * self.n_segments
         for k in range(k0, k1):
             self._cache.pop(base + k, None)
-        advise_drop(self._maps, self._fd, [self._bytes(s, k0, k1, False)])
+        self.pages.drop(self._fd, [self._bytes(s, k0, k1, False)])
 
 
 def attach_store(index: BlockIndex, store: Any, plan: SamplePlan) -> None:
     """Compute segments from ``store``'s panel; advise its pages (its shared mapping, its pinned descriptor)."""
     index.attach(store.panel, plan, getattr(store, "_fd", None), store.row_stride, store.n_fields)
-    base = mapping_base(store.panel)
-    if base is not None:
-        index.add_mapping(base)
+    index.pages.set_shared(mapping_base(store.panel))
 
 
 def cache_dir() -> Path:

@@ -26,7 +26,7 @@ from ..errors import InputError
 from ..feed.block_feed import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
 from .blocks import FULL_INDEX_FRACTION, cache_dir, cache_key, cached, page_dropper, save_arrays, window_bounds
-from .pages import advise_drop, advise_read, mapping_base, mark_random
+from .pages import Mappings, mapping_base
 from .spec import SamplePlan
 
 SEG_ROW_BYTES = 4 << 10       # days per segment: about this many bytes of each row (blocks are whole segments)
@@ -90,7 +90,7 @@ class DayBlocks:
         self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # k -> (days int32, bits uint8 [days, rows/8])
         self._cached_bytes = 0
         self._source: Any = None                                   # (panel, plan) to compute segments from
-        self._maps: list[np.ndarray] = []
+        self.pages = Mappings()                                    # whose pages prefetch and release advise
         self._fd: int | None = None
         self._row_stride = self._n_fields = self._n_rows = 0
         self._lock = threading.Lock()
@@ -137,15 +137,11 @@ class DayBlocks:
         self._source = (store.panel, plan)
         self._fd, self._row_stride, self._n_fields = getattr(store, "_fd", None), store.row_stride, store.n_fields
         self._n_rows = store.n_symbols if self.rows is None else len(self.rows)
-        base = mapping_base(store.panel)
-        if base is not None:
-            self.add_mapping(base)
+        self.pages.set_shared(mapping_base(store.panel))
 
     def add_mapping(self, flat: np.ndarray) -> None:
         """A flat mapping of the data file (the gather's): read ahead and dropped with blocks, ``MADV_RANDOM``."""
-        if flat is not None and not any(m is flat for m in self._maps):
-            self._maps.append(flat)
-            mark_random(flat)
+        self.pages.add(flat)
 
     def state(self) -> dict[str, Any]:
         """What a pickled dataset carries, so that a worker process does not count again."""
@@ -255,7 +251,7 @@ class DayBlocks:
 
     def prefetch(self, k0: int, k1: int) -> None:
         """Read segments ``[k0, k1)`` (every row's days and halo, a request a row) ahead, and compute them."""
-        advise_read(self._maps, self._ranges(k0, k1, True))
+        self.pages.read(self._ranges(k0, k1, True))
         if self.compute_days and self._source is not None and k1 > k0:
             self._compute(k0, k1)
 
@@ -265,7 +261,7 @@ class DayBlocks:
         with self._lock:
             for k in range(k0, k1):
                 self._forget(k)
-        advise_drop(self._maps, self._fd, self._ranges(k0, k1, False))
+        self.pages.drop(self._fd, self._ranges(k0, k1, False))
 
 
 def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_count: int) -> DayBlocks:

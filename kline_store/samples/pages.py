@@ -29,11 +29,12 @@ def mark_random(flat: np.ndarray) -> None:
 
 
 def advise_read(maps: list[np.ndarray], ranges: Iterable[tuple[int, int]]) -> None:
-    """Read byte ranges of the data file ahead in each mapping: ``MADV_WILLNEED`` over every range first (large
-    reads queued at once), then ``MADV_POPULATE_READ`` (mapped: no 4 KiB fault when they are gathered)."""
+    """Read byte ranges of the data file ahead and map them in each of ``maps`` (the mappings gathers read):
+    ``MADV_WILLNEED`` over every range first (large reads queued at once; once, through the first mapping: the page
+    cache is the file's), then ``MADV_POPULATE_READ`` in each mapping (no 4 KiB fault when they are gathered)."""
     ranges = [(lo, hi) for lo, hi in ranges if hi > lo]
-    for advice in (_MADV_WILLNEED, _MADV_POPULATE_READ):
-        for m in maps:
+    for advice, where in ((_MADV_WILLNEED, maps[:1]), (_MADV_POPULATE_READ, maps)):
+        for m in where:
             for lo, hi in ranges:
                 start = m.ctypes.data + lo
                 aligned = start - start % _PAGE
@@ -57,6 +58,33 @@ def advise_drop(maps: list[np.ndarray], fd: int | None, ranges: Iterable[tuple[i
                 pass
 
 
+class Mappings:
+    """The mappings of a store's data file whose pages a block index advises: the gathers' own (read ahead, mapped,
+    dropped with blocks) and the store's shared one (what segments are computed from: dropped with blocks, read
+    ahead only while no gather mapping is known; populating it too would map every block twice)."""
+
+    def __init__(self) -> None:
+        self.gather: list[np.ndarray] = []
+        self.shared: np.ndarray | None = None
+
+    def add(self, flat: np.ndarray | None) -> None:
+        """A gather's mapping (each once), marked ``MADV_RANDOM``: a fault reads its page, not the read-around."""
+        if flat is not None and not any(m is flat for m in self.gather):
+            self.gather.append(flat)
+            mark_random(flat)
+
+    def set_shared(self, base: np.ndarray | None) -> None:
+        if base is not None:
+            self.shared = base
+            mark_random(base)
+
+    def read(self, ranges: Iterable[tuple[int, int]]) -> None:
+        advise_read(self.gather or ([self.shared] if self.shared is not None else []), ranges)
+
+    def drop(self, fd: int | None, ranges: Iterable[tuple[int, int]]) -> None:
+        advise_drop(self.gather + ([self.shared] if self.shared is not None else []), fd, ranges)
+
+
 def mapping_base(panel: np.ndarray) -> np.ndarray | None:
     """The array at the start of the mapping a strided panel view is cut from (None for an empty panel)."""
     a = panel
@@ -73,4 +101,4 @@ def drop_rows(store: Any, a: int, b: int) -> None:
     advise_drop([base] if base is not None else [], getattr(store, "_fd", None), [(lo, hi)])
 
 
-__all__ = ["advise_drop", "advise_read", "drop_rows", "mapping_base", "mark_random"]
+__all__ = ["Mappings", "advise_drop", "advise_read", "drop_rows", "mapping_base", "mark_random"]
