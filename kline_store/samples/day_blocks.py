@@ -297,6 +297,7 @@ class DayBlockSource:
     windows: Any
     min_count: int
     _xs: DayBlocks | None
+    _xs_view: DayBlocks | None   # day blocks over the by-day table, made for the block order
     _days: Any
     _rows: Any            # methods of the dataset
     _tables: Any
@@ -327,7 +328,7 @@ class DayBlockSource:
     def _day_blocks(self) -> DayBlocks:
         if self._xs is not None:
             return self._xs
-        view = getattr(self, "_xs_view", None)
+        view = self._xs_view
         if view is None:
             st, plan = self.windows.store, self.windows.plan
             self._tables()
