@@ -26,7 +26,7 @@ from ..errors import InputError
 from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
 from .buffers import Layout
-from .chunks import CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
+from .chunks import CHUNK_BYTES, DEVICE_CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, first_rank_decides, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
@@ -246,12 +246,13 @@ class KlineLoader:
             sampler.set_epoch(started + 1)
 
     def _stream(self, batches: Iterator[np.ndarray]) -> Iterator[tuple[Any, int]]:
-        chunks = chunk_plan(batches, self._batches_per_chunk())
         cuda = self.device.type == "cuda"
         if self.placement == "device" and cuda:
-            stream = resident_stream(self.gather_fn(), list(chunks), self.device)
+            per_chunk = batches_per_chunk(self.layout, self.batch_size, DEVICE_CHUNK_BYTES)
+            stream = resident_stream(self.gather_fn(), list(chunk_plan(batches, per_chunk)), self.device)
             yield from self._collated(stream)
             return
+        chunks = chunk_plan(batches, self._batches_per_chunk())
         pin = cuda and self.config["pin_memory"]
         if self.backend == "processes" and self.num_workers > 0 and self.placement == "memmap":
             host = self._host.processes(list(chunks), self.num_workers)

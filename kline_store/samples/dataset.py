@@ -451,10 +451,16 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         panel_t = host.reshape(-1).to(dev)
         bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
         g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
-        valid = torch.from_numpy(self.full_index()).to(dev)
+        valid_np = self.full_index()
+        valid = torch.from_numpy(valid_np).to(dev)
         nd = st.n_dates
 
         def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
+            if dev.type == "cpu" and isinstance(indices, np.ndarray):
+                # Host copies (pinned or RAM) take the memmap's numpy index arithmetic: torch's per-op dispatch
+                # holds the GIL, which many gather threads then queue for.
+                flat_np = valid_np[indices].astype(np.int64)
+                return g.gather(flat_np // nd, flat_np % nd, out)
             idx = torch.as_tensor(indices, dtype=torch.int64).to(dev, non_blocking=True)
             flat = valid[idx].long()
             return g.gather(flat // nd, flat % nd, out)

@@ -438,3 +438,19 @@ def test_a_version_the_other_ranks_read_that_is_gone_is_one_line(tmp_path, monke
     assert "\n" not in str(e.value)
     monkeypatch.setattr(DS, "agreed_version", lambda store, version: None)      # no process group: as opened
     assert KlineDataset(path, window=5, horizon=1).version == 1
+
+
+@pytest.mark.parametrize("opts", [
+    {}, {"missing": "ffill", "max_missing": 3}, {"normalize": "window"}, {"days": "symbol"},
+    {"label": "log_return", "horizon": 2}, {"normalize": "window", "days": "symbol", "horizon": 3}])
+def test_a_resident_copy_gathers_what_the_memmap_does_by_either_index_path(small, opts):
+    """A host copy (pinned or RAM) is indexed with numpy like the memmap; a GPU copy with torch tensors: both index
+    paths of the resident gather give the memmap's batch, under every option."""
+    ds = KlineDataset(small, window=6, fields=["open", "close", "volume"], **opts)
+    idx = np.random.default_rng(5).choice(len(ds), min(len(ds), 200), replace=False)
+    ref = ds.gather_batch(idx)
+    gather = ds.resident("cpu")
+    for got in (gather(idx), gather(torch.from_numpy(idx))):
+        assert set(got) == set(ref)
+        for k in ref:
+            assert torch.equal(torch.nan_to_num(got[k], nan=-7.0), torch.nan_to_num(ref[k], nan=-7.0)), (opts, k)
