@@ -24,6 +24,10 @@ def _cap(msg: str) -> str:
     return msg if len(msg) <= MAX_LINE else msg[: MAX_LINE - 5] + " ..."
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"kline-store: error: {_cap(msg)}", err=True)
     sys.exit(code)
@@ -133,8 +137,8 @@ def info(store, as_json, per_symbol) -> None:
     shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
     bars = "dates" if d["freq"] == "1d" else "times"
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
-    universes = "".join(f"\nuniverse {name} ({u['symbols']} symbols, {u['members_last_day']} members on {d['end']}, "
-                        f"{u['spans']} spans)" for name, u in d["universes"].items())
+    universes = "".join(f"\nuniverse {name} ({_count(u['symbols'], 'symbol')}, {_count(u['members_last_day'], 'member')} "
+                        f"on {d['end']}, {_count(u['spans'], 'span')})" for name, u in d["universes"].items())
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
                f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "

@@ -265,12 +265,17 @@ class UniverseReport:
         if self.removed:
             return [f"store {self.store} (version {self.version}): universe {self.name} removed"]
         what = "unchanged" if self.unchanged else "stored"
-        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: {self.symbols} symbols, "
-               f"{self.spans} spans from {self.source}; {self.members_last_day} members on {self.last_day}"]
+        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: {_count(self.symbols, 'symbol')}"
+               f", {_count(self.spans, 'span')} from {self.source}; {_count(self.members_last_day, 'member')} on "
+               f"{self.last_day}"]
         if self.opened:
             out.append(f"note {self.opened} span(s) end on the store's last day {self.last_day}: kept open (they grow "
                        f"with appended days)")
         return out
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
 
 
 def set_universe(store: str | os.PathLike, name: str, source: Any, *, wait: float = 0.0) -> UniverseReport:
