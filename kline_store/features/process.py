@@ -147,9 +147,10 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
                          "subset")
     out = Path(out)
     safefs.outside_store(st.path, out)
+    within = st.membership(universe) if universe is not None else None    # an unknown name: before any work
     shifts = [field_lookahead(st.manifest, f) for f in names]
     x, present = _read_panel(st, shifts)
-    member = torch.from_numpy(st.membership(universe).dense().T.copy()) if universe is not None else None
+    member = torch.from_numpy(within.dense().T.copy()) if within is not None else None
     if member is not None:
         present &= member
     train = torch.zeros(st.n_dates, dtype=torch.bool)
