@@ -200,7 +200,8 @@ def markets(root: Path, listing: Path, entries: list[QF.Span], symbols: list[str
             left.append(f"{path.name} ({exc})")
             continue
         if checked.unknown or not checked.spans:
-            left.append(f"{path.name} ({len(checked.unknown)} of its symbols are not in the store)")
+            left.append(f"{path.name} ({len(checked.unknown)} of its symbols are not in the store)" if checked.unknown
+                        else f"{path.name} (none of its symbols has features)")
             continue
         kept[name], opened = SU.encode(checked.spans, str(path)), opened + checked.opened
     if kept:
