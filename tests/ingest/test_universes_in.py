@@ -201,8 +201,13 @@ def test_features_stores_and_their_update_keep_universes(store, files, tmp_path)
     assert f2.n_dates == ks.open_store(store).n_dates and f2.universes == ["idx"]
     np.testing.assert_array_equal(f2.universe("idx"), ks.open_store(store).universe("idx"))
     assert f2.universe("idx")[:2, -1].all()                                 # the open spans reach the new days
-    ks.process_features(feats, tmp_path / "proc", fit_end="2022-12-30", universe="idx")
-    assert ks.open_store(tmp_path / "proc").universes == ["idx"]
+    r = run_cli("process", str(feats), "-o", str(tmp_path / "proc"), "--fit-end", "2022-12-30", "--universe", "idx")
+    assert r.returncode == 0 and "of universe idx" in r.stdout, r.stderr
+    proc = ks.open_store(tmp_path / "proc")
+    assert proc.universes == ["idx"] and proc.manifest["features"]["processing"]["universe"] == "idx"
+    assert np.isnan(np.asarray(proc.panel)[~proc.universe("idx")][:, 0]).all()      # MA5 outside: no row
+    r = run_cli("process", str(feats), "-o", str(tmp_path / "p2"), "--fit-end", "2022-12-30", "--universe", "no")
+    assert r.returncode == 1 and "no universe 'no'; its universes: idx" in r.stderr
 
 
 def test_a_qlib_ingest_refuses_a_bad_market_it_was_asked_for(tmp_path):
