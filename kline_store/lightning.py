@@ -44,14 +44,18 @@ class KlineDataModule(lp.LightningDataModule):
             device.
         num_workers: gather threads (default: this rank's share of the cores).
         drop_last: drop each rank's last incomplete training batch.
+        eval_tail: the validation and test loaders' split over DDP ranks: "pad" (default: every rank the same
+            number of steps, so collectives inside ``validation_step`` never wait; the repeated windows are marked
+            in ``batch["padded"]``, leave them out of metrics) or "uneven" (each window once, ranks differ by at most
+            one batch: reduce metrics after the loop, not per step). Training keeps "pad".
         **options: dataset options for every split (label, adjust, normalize, missing, days, embargo, symbols,
-            ...).
+            universe, ...).
     """
 
     def __init__(self, store: str | os.PathLike, window: int = 64, splits: dict[str, Range] | None = None,
                  batch_size: int = 256, fields: Sequence[str] | None = None, horizon: int | None = None, seed: int = 0,
                  device: Any = "auto", num_workers: int | None = None, drop_last: bool = False,
-                 **options: Any) -> None:
+                 eval_tail: str = "pad", **options: Any) -> None:
         super().__init__()
         if not splits or "train" not in splits:
             raise InputError("KlineDataModule(splits=...): give at least {'train': (start, end)}")
@@ -66,7 +70,10 @@ class KlineDataModule(lp.LightningDataModule):
             ranges["val"] = ranges.pop("valid")
         self.store, self.window, self.ranges = store, int(window), ranges
         self.batch_size, self.fields, self.horizon, self.seed = int(batch_size), fields, horizon, seed
+        if eval_tail not in ("pad", "uneven"):
+            raise InputError(f"KlineDataModule(eval_tail={eval_tail!r}): expected 'pad' or 'uneven'")
         self.device, self.num_workers, self.drop_last, self.options = device, num_workers, drop_last, options
+        self.eval_tail = eval_tail
         self.splits: Splits | None = None
 
     def setup(self, stage: str | None = None) -> None:
@@ -90,7 +97,7 @@ class KlineDataModule(lp.LightningDataModule):
             return []   # Lightning's "no loader": the split was not given
         return ds.loader(batch_size=self.batch_size, shuffle=shuffle, seed=self.seed,
                          drop_last=self.drop_last and split == "train", num_workers=self.num_workers,
-                         device=self._device())
+                         device=self._device(), tail="pad" if split == "train" else self.eval_tail)
 
     def train_dataloader(self) -> KlineLoader | list:
         return self._loader("train", shuffle=True)

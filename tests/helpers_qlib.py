@@ -3,6 +3,8 @@
     python helpers_qlib.py write CSV_DIR OUT    a provider directory written by Qlib's own storage classes
     python helpers_qlib.py read DIR OUT.npz     every feature of every instrument, as D.features returns them
     python helpers_qlib.py dump_all DUMP_BIN CSV_DIR OUT   the directory made by Qlib's scripts/dump_bin.py
+    python helpers_qlib.py features DIR SPEC.json OUT.npz  D.features(D.instruments(market), exprs)
+    python helpers_qlib.py handler DIR SPEC.json OUT.npz   DataHandlerLP(instruments=market, ...)'s learn view
 
 `write`: the pyqlib wheel does not ship scripts/dump_bin.py, so the directory is written the way dump_bin
 lays it out, through Qlib's own writers: FileCalendarStorage for the calendar (the union of the files'
@@ -75,6 +77,54 @@ def dump_all(dump_bin: Path, csv_dir: Path, out: Path) -> None:
                     "--include_fields", "open,close,high,low,volume", "--max_workers", "2"], check=True)
 
 
+def _frame_out(df: pd.DataFrame, out: Path, names: list[str]) -> None:
+    """A Qlib frame indexed by (instrument, datetime) or (datetime, instrument) as arrays, float64 values."""
+    inst = df.index.get_level_values("instrument")
+    when = df.index.get_level_values("datetime")
+    np.savez(out, instrument=np.asarray(inst, dtype=str), date=when.to_numpy().astype("datetime64[D]"),
+             values=df.to_numpy(dtype=np.float64), names=np.asarray(names, dtype=str))
+
+
+def features(root: Path, spec_path: Path, out: Path) -> None:
+    """SPEC: {"market", "exprs"}: every row D.features gives for the market's members, each expression."""
+    import json
+
+    import qlib
+    from qlib.data import D
+
+    spec = json.loads(Path(spec_path).read_text())
+    qlib.init(provider_uri=str(root), region="cn")
+    df = D.features(D.instruments(spec["market"]), spec["exprs"], freq="day")
+    df.index = df.index.set_names(["instrument", "datetime"])
+    _frame_out(df[spec["exprs"]], out, spec["exprs"])
+
+
+def handler(root: Path, spec_path: Path, out: Path) -> None:
+    """SPEC: {"market", "exprs", "names", "label", "fit_start", "fit_end"}: Qlib's benchmark processing
+    (RobustZScoreNorm + Fillna on the features, DropnaLabel + CSRankNorm on the label) of the market's rows."""
+    import json
+
+    import qlib
+    from qlib.data.dataset import processor as qp
+    from qlib.data.dataset.handler import DataHandlerLP
+
+    spec = json.loads(Path(spec_path).read_text())
+    qlib.init(provider_uri=str(root), region="cn")
+    fit = dict(fit_start_time=spec["fit_start"], fit_end_time=spec["fit_end"])
+    h = DataHandlerLP(
+        instruments=spec["market"],
+        data_loader={"class": "QlibDataLoader", "module_path": "qlib.data.dataset.loader",
+                     "kwargs": {"config": {"feature": (spec["exprs"], spec["names"]),
+                                           "label": ([spec["label"]], ["LABEL0"])}}},
+        infer_processors=[qp.RobustZScoreNorm(fields_group="feature", clip_outlier=True, **fit),
+                          qp.Fillna(fields_group="feature")],
+        learn_processors=[qp.DropnaLabel(), qp.CSRankNorm(fields_group="label")])
+    df = h.fetch(col_set=["feature", "label"], data_key=DataHandlerLP.DK_L)
+    df.columns = df.columns.get_level_values(-1)
+    _frame_out(df[spec["names"] + ["LABEL0"]], out, spec["names"] + ["LABEL0"])
+
+
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
-    {"write": write, "read": read, "dump_all": dump_all}[cmd](*map(Path, args))
+    {"write": write, "read": read, "dump_all": dump_all, "features": features,
+     "handler": handler}[cmd](*map(Path, args))

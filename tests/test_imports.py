@@ -30,9 +30,9 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 
 # Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
 LAYERS = {
-    "store": ["safefs", "manifest", "lock", "timeaxis", "periods", "frames", "sessions", "snapshot", "writer", "blockwriter", "__init__"],
+    "store": ["safefs", "universes", "manifest", "lock", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "writer", "blockwriter", "__init__"],
     "ingest": ["columns", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "sources", "readers", "validate", "sink", "runs", "bars", "barsize", "calnote",
-               "panel", "layout", "report", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
+               "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["background", "sampling", "block_order", "batches", "buffers", "placement", "config",
              "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
     "samples": ["ranges", "spec", "windows", "pages", "segments", "blocks", "day_blocks", "transforms", "gather", "dataset",

@@ -90,10 +90,11 @@ def test_resume_mid_epoch_from_a_checkpoint(store, tmp_path):
     assert len(seen) == 6 * 16 and [k for _, k in rest.seen] == seen[3 * 16:]   # continues exactly
 
 
-def test_ddp_ranks_take_disjoint_shards(store, tmp_path):
+@pytest.mark.parametrize("eval_tail", ["pad", "uneven"])
+def test_ddp_ranks_take_disjoint_shards(store, tmp_path, eval_tail):
     env = {**os.environ, "PYTHONPATH": str(HERE.parent), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(HERE / "helpers_lightning_ddp.py"), str(store), str(tmp_path)],
-                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    proc = subprocess.run([sys.executable, str(HERE / "helpers_lightning_ddp.py"), str(store), str(tmp_path),
+                           eval_tail], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
     assert {r["world"] for r in ranks} == {2}
@@ -102,6 +103,12 @@ def test_ddp_ranks_take_disjoint_shards(store, tmp_path):
     valid = set(zip(*(a.tolist() for a in ds.locate(np.arange(len(ds))))))
     assert seen[0] | seen[1] == valid and len(seen[0] & seen[1]) <= 1        # every window, the pad aside
     assert len(ranks[0]["seen"]) == len(ranks[1]["seen"])
+    # validation: every window counted exactly once over the ranks, whichever tail
+    val = KlineDataset(store, window=10, start="2020-04-15")
+    assert len(val) % 2                                                      # a length the ranks cannot split
+    counted = sorted(tuple(k) for r in ranks for k in r["val"])
+    assert counted == sorted(zip(*(a.tolist() for a in val.locate(np.arange(len(val))))))
+    assert all(all(r["val_flag"]) == (eval_tail == "pad") for r in ranks)
 
 
 def test_valid_is_accepted_for_val_and_symbols_reach_the_datasets(store):

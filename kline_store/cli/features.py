@@ -59,16 +59,18 @@ def features(store, out, sets, exprs, files, label, update, device, replace, wai
               help="Infer processors in order (default RobustZScoreNorm, Fillna on the features).")
 @click.option("--learn", "learn", multiple=True, metavar="NAME[:GROUP]",
               help="Learn processors in order (default DropnaLabel, CSRankNorm on the label).")
+@click.option("--universe", metavar="NAME", help="Only the rows of universe NAME's members (Qlib's instruments=NAME).")
 @click.option("--replace", is_flag=True, help="Rewrite an existing store at OUT.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def process(store, out, fit_start, fit_end, infer, learn, replace, wait, quiet) -> None:
+def process(store, out, fit_start, fit_end, infer, learn, universe, replace, wait, quiet) -> None:
     """Run Qlib's processors over the features store STORE and write the result to OUT: by default Qlib's
     benchmark pipeline (features RobustZScoreNorm + Fillna, label DropnaLabel + CSRankNorm), every fitted
     statistic from --fit-start .. --fit-end only. GROUP is feature, label or all."""
     from ..features.process import QLIB_INFER, QLIB_LEARN, process_features
     with silenced(quiet):
         rep = process_features(store, out, list(infer) or QLIB_INFER, list(learn) or QLIB_LEARN,
-                               fit_start=fit_start, fit_end=fit_end, replace=replace, wait=wait, quiet=quiet)
+                               fit_start=fit_start, fit_end=fit_end, universe=universe, replace=replace, wait=wait,
+                               quiet=quiet)
     if not quiet:
         click.echo("\n".join(rep.lines()))

@@ -24,6 +24,10 @@ def _cap(msg: str) -> str:
     return msg if len(msg) <= MAX_LINE else msg[: MAX_LINE - 5] + " ..."
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
 def _fail(msg: str, code: int = 1) -> None:
     click.echo(f"kline-store: error: {_cap(msg)}", err=True)
     sys.exit(code)
@@ -133,6 +137,8 @@ def info(store, as_json, per_symbol) -> None:
     shown = " ".join(syms[:10]) + (f" ... (+{len(syms) - 10})" if len(syms) > 10 else "")
     bars = "dates" if d["freq"] == "1d" else "times"
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
+    universes = "".join(f"\nuniverse {name} ({_count(u['symbols'], 'symbol')}, {_count(u['members_last_day'], 'member')} "
+                        f"on {d['end']}, {_count(u['spans'], 'span')})" for name, u in d["universes"].items())
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
                f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
@@ -140,7 +146,7 @@ def info(store, as_json, per_symbol) -> None:
                f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
                f"bars     {d['n_bars']}\n"
-               f"symbols  {shown}")
+               f"symbols  {shown}{universes}")
 
 
 @cli.command(short_help="Write a coarser store from an intraday STORE.")
@@ -182,16 +188,34 @@ def verify(store, quiet) -> None:
 @click.option("--symbols", metavar="A,B,...", help="Only these symbols (comma-separated).")
 @click.option("--start", metavar="DATE", help="From the first bar of DATE (2012, 2012-03 or 2012-03-05).")
 @click.option("--end", metavar="DATE", help="To the last bar of DATE (--end 2012: all of 2012).")
+@click.option("--universe", metavar="NAME", help="Only the members of universe NAME, on their member days.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress.")
-def export(store, out, fmt, symbols, start, end, quiet) -> None:
-    """Write STORE in long format (symbol, date, fields), one row per bar; or, with --format qlib, as a
-    Qlib provider directory that qlib.init(provider_uri=OUT) reads."""
+def export(store, out, fmt, symbols, start, end, universe, quiet) -> None:
+    """Write STORE in long format (symbol, date, fields), one row per bar, each value on the row of the day it
+    describes (a features store's label too); or, with --format qlib, as a Qlib provider directory that
+    qlib.init(provider_uri=OUT) reads, every universe as instruments/NAME.txt."""
     from ..ingest.exporter import export as run
     picked = [s.strip() for s in symbols.split(",") if s.strip()] if symbols else None
     with silenced(quiet):
-        n = run(store, out, fmt=fmt, symbols=picked, start=start, end=end)
+        n = run(store, out, fmt=fmt, symbols=picked, start=start, end=end, universe=universe)
     click.echo(f"wrote {n} rows to {out}" if fmt != "qlib" else
                f"wrote {n} symbols to the Qlib provider directory {out}: qlib.init(provider_uri={str(out)!r})")
+
+
+@cli.command(short_help="Store a universe (symbols with membership dates) in STORE.")
+@click.argument("store")
+@click.argument("name")
+@click.argument("source", required=False)
+@click.option("--remove", is_flag=True, help="Remove universe NAME (no SOURCE).")
+@click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
+def universe(store, name, source, remove, wait) -> None:
+    """Store universe NAME in STORE from SOURCE: a Qlib instruments file (SYMBOL<TAB>first<TAB>last) or a CSV or
+    Parquet file of symbol, start, end (an empty end: still a member). A new store version; replaces a universe
+    of that name. Datasets, exports and process take --universe NAME / universe=NAME."""
+    from ..ingest.universes import set_universe
+    if remove == (source is not None):
+        raise click.UsageError("give SOURCE, or --remove (not both)")
+    click.echo("\n".join(set_universe(store, name, None if remove else source, wait=wait).lines()))
 
 
 @cli.command(short_help="Delete data files and versions no reader uses.")

@@ -138,8 +138,9 @@ def _meta(st: Store, plan: FeaturePlan) -> dict:
 
 
 def time_axis(st: Store) -> dict:
-    """What a derived store keeps of its source's manifest: bar size, sessions, calendar source."""
-    return {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source") if st.manifest.get(k) is not None}
+    """What a derived store keeps of its source's manifest: bar size, sessions, calendar source, universes."""
+    return {k: st.manifest[k] for k in ("freq", "sessions", "calendar_source", "universes")
+            if st.manifest.get(k) is not None}
 
 
 def _extra(st: Store, plan: FeaturePlan) -> dict:

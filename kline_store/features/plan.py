@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError, StoreError
+from ..store.labels import FEATURES_KEY, field_lookahead
 from .evaluate import lookahead, lookback
 from .nodes import Node, fields_of
 from .parse import parse
@@ -23,7 +24,7 @@ from .sets import feature_set, label as default_label
 
 # Qlib field names that a kline-store names otherwise.
 FIELD_ALIASES = {"factor": "adj_factor"}
-META_KEY = "features"
+META_KEY = FEATURES_KEY   # the manifest entry that describes a features store
 
 
 @dataclass(frozen=True)
@@ -179,17 +180,6 @@ def plan_from_manifest(m: dict, path: Path) -> FeaturePlan:
         raise StoreError(f"{path}: manifest key '{META_KEY}.label' names no field")
     sets = meta.get("sets") if isinstance(meta.get("sets"), list) else []
     return FeaturePlan(tuple(out), label, tuple(str(s) for s in sets))
-
-
-def field_lookahead(m: dict, field: str) -> int:
-    """Bars after its day that a stored field was computed from (0 for bars and features that look back)."""
-    meta = m.get(META_KEY)
-    if isinstance(meta, dict) and isinstance(meta.get("fields"), list):
-        for f in meta["fields"]:
-            if isinstance(f, dict) and f.get("name") == field:
-                a = f.get("lookahead")
-                return a if isinstance(a, int) and not isinstance(a, bool) and 0 <= a < 1 << 20 else 0
-    return 0
 
 
 def field_roles(m: dict) -> tuple[tuple[str, ...] | None, str | None, tuple[tuple[str, int], ...]]:

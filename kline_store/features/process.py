@@ -9,7 +9,9 @@ the manifest, each statistic from the rows of the fit dates alone.
 
 A Qlib row is a (date, instrument) of the instrument's span, from its first bar to its last; the label, stored
 ``lookahead`` bars after the day it describes, is moved back to that day for the pipeline and forward again
-when written.
+when written. With ``universe=NAME`` the rows are also inside the universe's membership spans, as Qlib's
+``DataHandlerLP(instruments=NAME, ...)`` loads them: fitted statistics come from member rows only, cross-sectional
+processors rank or standardise over each day's members, and every row outside the universe is NaN in the output.
 """
 
 from __future__ import annotations
@@ -58,11 +60,13 @@ class ProcessReport:
     n_dates: int
     dropped: int
     seconds: float
+    universe: str | None = None
 
     def lines(self) -> list[str]:
+        within = f" of universe {self.universe}" if self.universe else ""
         return [f"processed {self.out}: infer {' + '.join(self.infer) or '-'}, learn {' + '.join(self.learn) or '-'}"
                 f"; fitted on {self.fit_dates[0]} .. {self.fit_dates[1]}; {self.n_symbols} symbols x {self.n_dates}"
-                f" dates; {self.dropped:,} rows dropped (label NaN); {self.seconds:.2f} s"]
+                f" dates{within}; {self.dropped:,} rows dropped (label NaN); {self.seconds:.2f} s"]
 
 
 def _processors(names, group: str, features: list[int], label: list[int], stage: str) -> list[Processor]:
@@ -103,8 +107,8 @@ def _needed_bytes(st: Store) -> int:
 
 
 def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLIB_INFER, learn=QLIB_LEARN, *,
-                     fit_start=None, fit_end=None, replace: bool = False, wait: float = 0.0,
-                     quiet: bool = True) -> ProcessReport:
+                     fit_start=None, fit_end=None, universe: str | None = None, replace: bool = False,
+                     wait: float = 0.0, quiet: bool = True) -> ProcessReport:
     """Run Qlib's processors over a features store and write the result as a new store at ``out``.
 
     Args:
@@ -115,6 +119,8 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
         learn: Qlib's learn_processors, run on the infer output; default group: the label.
         fit_start, fit_end: the dates the fitted statistics come from (Qlib's fit_start_time/fit_end_time); end
             is required when a fitted processor is used (no statistic from the valid or test dates).
+        universe: a universe of the store (Qlib's ``instruments=``): the rows of its members on their member days
+            only; every other row is NaN in the output.
 
     Raises:
         InputError: unknown processor, no fit_end for a fitted one, a store too big for memory.
@@ -141,8 +147,12 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
                          "subset")
     out = Path(out)
     safefs.outside_store(st.path, out)
+    within = st.membership(universe) if universe is not None else None    # an unknown name: before any work
     shifts = [field_lookahead(st.manifest, f) for f in names]
     x, present = _read_panel(st, shifts)
+    member = torch.from_numpy(within.dense().T.copy()) if within is not None else None
+    if member is not None:
+        present &= member
     train = torch.zeros(st.n_dates, dtype=torch.bool)
     train[lo: hi + 1] = True
     pipe = Pipeline(infer=procs_i, learn=procs_l)
@@ -152,15 +162,17 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
     dropped = present & ~learn_view.present
     if label:
         y[..., label[0]] = torch.where(dropped, float("nan"), y[..., label[0]])
+    if member is not None:
+        y[~member] = float("nan")                     # Qlib has no row there
     panel = _to_store_layout(y, shifts)
     meta = dict(st.manifest[META_KEY])
     meta["processing"] = {"infer": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in infer],
                           "learn": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in learn],
-                          "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]),
+                          "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]), "universe": universe,
                           "states": {k: {n: _plain(v) for n, v in s.items()} for k, s in states.items()}}
     _write(st, out, panel, meta, replace, wait, quiet)
     return ProcessReport(out, [str(p) for p in infer], [str(p) for p in learn], (str(st.dates[lo]), str(st.dates[hi])),
-                         st.n_symbols, st.n_dates, int(dropped.sum()), time.perf_counter() - t0)
+                         st.n_symbols, st.n_dates, int(dropped.sum()), time.perf_counter() - t0, universe)
 
 
 def _plain(v: torch.Tensor) -> list:

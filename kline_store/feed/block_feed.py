@@ -13,7 +13,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from .background import stopping, track
 from .block_order import Pieces, RoundPlan, group_segments, pad_positions, rank_pieces
 from .config import first_rank_decides, local_world_size
 from ..memory import Available, available, gib, require
-from .sampling import EpochBatches, check_args, index_dtype, n_batches, shard_size
+from .sampling import EpochBatches, Tail, check_args, index_dtype, n_batches, shard_size
 
 ORDERS = ("auto", "uniform", "blocks")
 AUTO_FRACTION = 0.5        # "auto" takes the block order when samples read more than this share of the memory
@@ -87,7 +87,7 @@ class BlockBatches:
     streaming = True
 
     def __init__(self, counts: np.ndarray, batch_size: int, shuffle: bool = True, seed: int = 0,
-                 drop_last: bool = False, rank: int = 0, world_size: int = 1, tail: Literal["pad", "drop"] = "pad",
+                 drop_last: bool = False, rank: int = 0, world_size: int = 1, tail: Tail = "pad",
                  pool: int = 1024, lifetime: int = LIFETIME, residency: Any = None) -> None:
         counts = np.asarray(counts, dtype=np.int64)
         n = int(counts.sum())
@@ -103,7 +103,7 @@ class BlockBatches:
         self.epoch = 0
         self.position = 0
         self._cache: tuple[int, RoundPlan] | None = None
-        k = shard_size(n, world_size, tail)
+        k = shard_size(n, world_size, tail, rank)
         self._per_epoch = (k // self.batch_size) * self.batch_size if drop_last else k
 
     # order --------------------------------------------------------------------------
@@ -128,7 +128,7 @@ class BlockBatches:
         return self._per_epoch
 
     def __len__(self) -> int:
-        return n_batches(shard_size(self.n, self.world_size, self.tail), self.batch_size, self.drop_last)
+        return n_batches(shard_size(self.n, self.world_size, self.tail, self.rank), self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._batches(self.plan(), self.position)
@@ -205,7 +205,7 @@ class BlockBatches:
                                  f"{key}={getattr(self, key)!r}: it would resume a different order; create the "
                                  f"loader with the same dataset and arguments")
         position = int(state["position"])
-        if not 0 <= position <= shard_size(self.n, self.world_size, self.tail):
+        if not 0 <= position <= shard_size(self.n, self.world_size, self.tail, self.rank):
             raise InputError(f"loader state position={position} is outside the epoch")
         self.epoch = int(state["epoch"])
         self.position = position
@@ -332,7 +332,7 @@ def agreed_blocks(name: str, per_block: int) -> int:
 
 
 def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,
-                 world_size: int, tail: Literal["pad", "drop"], pool_blocks: int | None = None,
+                 world_size: int, tail: Tail, pool_blocks: int | None = None,
                  block_bytes: int | None = None) -> tuple[EpochBatches | BlockBatches, str]:
     """The loader's sampler for ``order`` ("auto", "uniform", "blocks"), and the order taken. Without
     ``block_bytes``, blocks are sized from the available memory, the same on every rank (:func:`agreed_blocks`);

@@ -17,19 +17,19 @@ So every window comes exactly once per epoch, every batch is drawn uniformly fro
 time K + m blocks are resident: memory is O(blocks) for the plan plus O(K x block) for one round's positions.
 The first and last ``L - 1`` groups of pieces live fewer rounds (the pool is full from the first round on).
 
-The rank's part of the epoch has ``shard_size(n, world, tail)`` samples, as for the uniform order: ``tail="pad"``
-repeats the rank's first window when its share is one short, ``"drop"`` leaves its last one out.
+The rank's part of the epoch has ``shard_size(n, world, tail, rank)`` samples, as for the uniform order: ``tail="pad"``
+repeats the rank's first window when its share is one short, ``"drop"`` leaves its last one out, ``"uneven"`` keeps
+the share as it is.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 import torch
 
-from .sampling import shard_size
+from .sampling import Tail, own_size, shard_size
 
 
 def _seed(*parts: int) -> int:
@@ -97,9 +97,8 @@ def rank_pieces(counts: np.ndarray, seed: int, rank: int = 0, world: int = 1, sh
 
 
 def rank_total(n: int, rank: int, world: int) -> int:
-    """Windows in rank's share before the tail rule (``n // world`` or one more)."""
-    q, rem = divmod(n, world)
-    return q + (1 if rank < rem else 0)
+    """Windows in rank's share before the tail rule (``n // world`` or one more): as many as the uniform order's."""
+    return own_size(n, rank, world)
 
 
 class RoundPlan:
@@ -213,16 +212,16 @@ class RoundPlan:
 
 
 def epoch_positions(plan: RoundPlan, n: int, rank: int, world: int,
-                    tail: Literal["pad", "drop"] = "pad") -> np.ndarray:
+                    tail: Tail = "pad") -> np.ndarray:
     """The rank's whole epoch (every round, tail rule applied): for tests and small stores, O(windows)."""
     parts = [plan.round_positions(r) for r in range(plan.n_rounds)]
     pos = np.concatenate(parts) if parts else np.zeros(0, np.int64)
     return apply_tail(pos, n, rank, world, tail)
 
 
-def apply_tail(pos: np.ndarray, n: int, rank: int, world: int, tail: Literal["pad", "drop"]) -> np.ndarray:
+def apply_tail(pos: np.ndarray, n: int, rank: int, world: int, tail: Tail) -> np.ndarray:
     """Cut or extend the rank's positions to ``shard_size(n, world, tail)``."""
-    want = shard_size(n, world, tail)
+    want = shard_size(n, world, tail, rank)
     if len(pos) >= want:
         return pos[:want]
     return np.concatenate([pos, pad_positions(pos[:1], want - len(pos), n, rank)])

@@ -15,9 +15,9 @@ The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, MutableMapping
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,7 +31,7 @@ from .config import device_kind, first_rank_decides, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
 from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
-from .sampling import EpochBatches
+from .sampling import EpochBatches, Tail, padded
 
 Batch = dict[str, torch.Tensor]
 
@@ -105,7 +105,10 @@ class KlineLoader:
         rank: this rank (default: torch.distributed's, else 0).
         world_size: number of ranks (default: torch.distributed's, else 1).
         tail: uneven split over ranks: "pad" (repeat the first samples of the epoch's order so every rank gets
-            ceil(n / world) samples; all samples covered) or "drop" (leave the last n % world out this epoch).
+            ceil(n / world) samples; all samples covered; over several ranks every batch carries ``padded``, a bool
+            ``[B]`` tensor marking the repeated ones, for an evaluation that counts each sample once), "drop" (leave the last
+            n % world out this epoch) or "uneven" (each rank its own samples, none repeated or left out; ranks
+            differ by at most one batch: for evaluation, see the README's "Training data").
         device: where batches are delivered: None/"cpu", "cuda", "cuda:1", a torch.device.
         placement: "auto" (on CUDA: the panel on the GPU when it fits, else pinned host memory, else the memmap;
             on the CPU: the memmap), or "device", "pinned", "memmap" to force one. "device" on the CPU is a private
@@ -138,7 +141,7 @@ class KlineLoader:
 
     def __init__(self, source: BatchSource, batch_size: int = 256, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, num_workers: int | None = None, *, rank: int | None = None,
-                 world_size: int | None = None, tail: Literal["pad", "drop"] = "pad", device: Any = None,
+                 world_size: int | None = None, tail: Tail = "pad", device: Any = None,
                  placement: str = "auto", config: Any = None, backend: str | None = None, order: str = "auto",
                  pool_blocks: int | None = None, block_bytes: int | None = None,
                  **dataloader_kwargs: Any) -> None:
@@ -238,12 +241,25 @@ class KlineLoader:
         stream = self._stream(iter(sampler))
         try:
             for batch, n in stream:
+                at = sampler.position
                 sampler.advance(n)  # before handing it out: a state_dict taken now includes it
-                yield batch
+                yield self._mark(batch, at, n)
         finally:
             stream.close()
         if sampler.epoch == started:  # nothing left in this epoch (empty shard, or a resumed end): next one
             sampler.set_epoch(started + 1)
+
+    def _mark(self, batch: Any, at: int, n: int) -> Any:
+        """Over several ranks with ``tail="pad"``, ``batch["padded"]``: which of its ``n`` samples (shard positions
+        ``at ..``) repeat another rank's (sampling.padded), on the batch's device; every batch of every rank has
+        it. One rank repeats nothing: its batches stay those of ``gather_batch`` and a plain DataLoader. A
+        collate_fn's non-dict batch is left as it is."""
+        s = self.batch_sampler
+        if s.tail != "pad" or s.world_size == 1 or not isinstance(batch, MutableMapping):
+            return batch
+        device = next((v.device for v in batch.values() if isinstance(v, torch.Tensor)), self.device)
+        batch["padded"] = torch.from_numpy(padded(at, n, s.n, s.rank, s.world_size)).to(device, non_blocking=True)
+        return batch
 
     def _stream(self, batches: Iterator[np.ndarray]) -> Iterator[tuple[Any, int]]:
         cuda = self.device.type == "cuda"

@@ -7,12 +7,16 @@ counts or timing, so every rank and every restart computes the same permutation 
       -> shard(order, rank, world, tail)    this rank's part (interleaved: rank, rank + world, ...)
         -> batches(shard, batch_size, ...)  consecutive slices; a position (samples delivered) resumes them
 
-Uneven tail (``n % world != 0``), so that every rank runs the same number of steps:
+Uneven tail (``n % world != 0``):
 
-* ``tail="pad"`` (default): the epoch's order is extended with its own first ``world - n % world`` entries, so
-  each rank gets ``ceil(n / world)`` samples; every sample is covered, at most ``world - 1`` twice per epoch.
+* ``tail="pad"`` (default, for training: every rank runs the same number of steps): the epoch's order is extended
+  with its own first ``world - n % world`` entries, so each rank gets ``ceil(n / world)`` samples; every sample is
+  covered, at most ``world - 1`` twice per epoch. The repeats are the last sample of some ranks' shards:
+  ``padded(...)`` marks them (the loader's ``batch["padded"]``), so an evaluation can leave them out.
 * ``tail="drop"``: the last ``n % world`` entries of the epoch's order are left out (different ones each epoch
   when shuffling); each rank gets ``n // world`` samples and no sample is seen twice.
+* ``tail="uneven"`` (for evaluation): each rank gets its own ``order[rank::world]``, nothing repeated, nothing
+  left out; ranks differ by at most one sample (so by at most one batch).
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ import torch
 
 from ..errors import InputError
 
-TAILS = ("pad", "drop")
+TAILS = ("pad", "drop", "uneven")
+Tail = Literal["pad", "drop", "uneven"]
 
 
 def index_dtype(n: int) -> np.dtype:
@@ -52,19 +57,34 @@ def epoch_order(n: int, seed: int, epoch: int, shuffle: bool = True) -> np.ndarr
     return permutation(n, seed, epoch) if shuffle else np.arange(n, dtype=index_dtype(n))
 
 
-def shard_size(n: int, world: int, tail: Literal["pad", "drop"] = "pad") -> int:
-    """Samples each rank gets per epoch."""
+def own_size(n: int, rank: int, world: int) -> int:
+    """Samples of the epoch's order that are rank's own (``order[rank::world]``), before any padding or drop."""
+    q, rem = divmod(n, world)
+    return q + (1 if rank < rem else 0)
+
+
+def shard_size(n: int, world: int, tail: Tail = "pad", rank: int = 0) -> int:
+    """Samples rank ``rank`` gets per epoch (the same on every rank, except with ``tail="uneven"``)."""
+    if tail == "uneven":
+        return own_size(n, rank, world)
     return -(-n // world) if tail == "pad" else n // world
 
 
-def shard(order: np.ndarray, rank: int, world: int, tail: Literal["pad", "drop"] = "pad") -> np.ndarray:
+def padded(start: int, count: int, n: int, rank: int, world: int, tail: Tail = "pad") -> np.ndarray:
+    """bool ``[count]``: which of the shard's samples ``start .. start + count - 1`` repeat one of another rank
+    (``tail="pad"`` only: the positions past the rank's own samples)."""
+    pos = np.arange(start, start + count, dtype=np.int64)
+    return pos >= own_size(n, rank, world) if tail == "pad" else np.zeros(count, dtype=bool)
+
+
+def shard(order: np.ndarray, rank: int, world: int, tail: Tail = "pad") -> np.ndarray:
     """This rank's part of an epoch's order (see the module docstring for ``tail``).
 
     Args:
         order: the epoch's order of all ``n`` samples.
         rank: this process's rank, ``0 <= rank < world``.
         world: number of ranks.
-        tail: "pad" or "drop".
+        tail: "pad", "drop" or "uneven".
 
     Returns:
         ``order[rank::world]`` of the padded or truncated order (a copy when ``world > 1``).
@@ -72,7 +92,9 @@ def shard(order: np.ndarray, rank: int, world: int, tail: Literal["pad", "drop"]
     n = len(order)
     if world == 1:
         return order
-    if tail == "pad":
+    if tail == "uneven":
+        pass
+    elif tail == "pad":
         extra = shard_size(n, world, "pad") * world - n
         if extra:
             # a tail longer than n (n < world) wraps around as often as needed
@@ -83,7 +105,7 @@ def shard(order: np.ndarray, rank: int, world: int, tail: Literal["pad", "drop"]
 
 
 def rank_indices(n: int, seed: int, epoch: int, rank: int = 0, world: int = 1, shuffle: bool = True,
-                 tail: Literal["pad", "drop"] = "pad") -> np.ndarray:
+                 tail: Tail = "pad") -> np.ndarray:
     """``(n, seed, epoch, rank, world) -> indices``: this rank's samples for the epoch, in order."""
     return shard(epoch_order(n, seed, epoch, shuffle), rank, world, tail)
 
@@ -132,18 +154,18 @@ class EpochBatches:
         drop_last: drop this rank's last, incomplete batch.
         rank: this process's rank.
         world_size: number of ranks.
-        tail: how an uneven split over ranks is handled ("pad" or "drop").
+        tail: how an uneven split over ranks is handled ("pad", "drop" or "uneven").
     """
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
-                 rank: int = 0, world_size: int = 1, tail: Literal["pad", "drop"] = "pad") -> None:
+                 rank: int = 0, world_size: int = 1, tail: Tail = "pad") -> None:
         check_args(n, batch_size, rank, world_size, tail)
         self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
         self.drop_last, self.rank, self.world_size, self.tail = drop_last, rank, world_size, tail
         self.epoch = 0
         self.position = 0
         self._cache: tuple[int, np.ndarray] | None = None
-        k = shard_size(n, world_size, tail)
+        k = shard_size(n, world_size, tail, rank)
         self._per_epoch = (k // batch_size) * batch_size if drop_last else k
 
     # order -------------------------------------------------------------
@@ -167,7 +189,7 @@ class EpochBatches:
 
     def __len__(self) -> int:
         """Batches per full epoch on this rank."""
-        return n_batches(shard_size(self.n, self.world_size, self.tail), self.batch_size, self.drop_last)
+        return n_batches(shard_size(self.n, self.world_size, self.tail, self.rank), self.batch_size, self.drop_last)
 
     def __iter__(self) -> Iterator[np.ndarray]:
         """The remaining batches of the current epoch, from ``position``; does not advance ``position``."""
@@ -224,7 +246,7 @@ class EpochBatches:
                                  f"{key}={getattr(self, key)!r}: it would resume a different order; create the "
                                  f"loader with the same dataset and arguments")
         position = int(state["position"])
-        if not 0 <= position <= shard_size(self.n, self.world_size, self.tail):
+        if not 0 <= position <= shard_size(self.n, self.world_size, self.tail, self.rank):
             raise InputError(f"loader state position={position} is outside the epoch")
         self.epoch = int(state["epoch"])
         self.position = position

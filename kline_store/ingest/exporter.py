@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import numpy as np
 import polars as pl
 
 from ..errors import InputError
@@ -20,42 +19,32 @@ from ..store import safefs
 from ..store.snapshot import open_store
 
 
-def to_frame(path: str | os.PathLike, symbols_per_chunk: int = 256) -> pl.DataFrame:
-    """The store as a long polars frame, sorted by (symbol, date); a bar is a cell with any finite field."""
-    st = open_store(path)
-    frames = []
-    with st:
-        panel = st.panel
-        key = "date" if st.freq == "1d" else "time"
-        for lo in range(0, st.n_symbols, symbols_per_chunk):
-            block = np.asarray(panel[lo: lo + symbols_per_chunk])
-            present = np.isfinite(block).any(axis=2)
-            s_idx, d_idx = np.nonzero(present)
-            vals = block[s_idx, d_idx, :]
-            when = st.dates[d_idx]
-            cols = {"symbol": np.asarray(st.symbols, dtype=object)[lo + s_idx],
-                    key: when if key == "date" else when.astype("datetime64[ms]")}
-            cols.update({f: vals[:, j] for j, f in enumerate(st.fields)})
-            frames.append(pl.DataFrame(cols, schema_overrides={"symbol": pl.String}))
-    if not frames:
-        return pl.DataFrame(schema={"symbol": pl.String, key: pl.Date if key == "date" else pl.Datetime("ms")})
-    return pl.concat(frames)
+def to_frame(path: str | os.PathLike, universe: str | None = None) -> pl.DataFrame:
+    """The store as a long polars frame, sorted by (symbol, date); a bar is a cell with any finite field, every
+    value on the row of the day it describes (``Store.to_polars``: a features store's label moved back to its day).
+    ``universe``: only its members' rows on their member days."""
+    with open_store(path) as st:
+        return st.to_polars(universe=universe)
 
 
 def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = None, *,
-           symbols: list[str] | None = None, start: object = None, end: object = None) -> int:
+           symbols: list[str] | None = None, start: object = None, end: object = None,
+           universe: str | None = None) -> int:
     """Write ``to_frame(path)`` to ``out`` (.parquet or .csv), atomically; returns the number of rows.
 
-    ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``;
-    returns the number of symbols written then. ``symbols``, ``start``, ``end``: a selection (long formats;
-    partial dates as in pandas, see ``Store.to_polars``).
+    ``fmt``: "parquet", "csv" (default: from the suffix of ``out``) or "qlib": a provider directory ``out``
+    (every universe as ``instruments/NAME.txt``); returns the number of symbols written then. ``symbols``,
+    ``start``, ``end``: a selection (long formats; partial dates as in pandas, see ``Store.to_polars``);
+    ``universe``: only its members' rows on their member days (Qlib's ``D.features(D.instruments(NAME), ...)``).
+    Every value is on the row of the day it describes (a features store's label too).
     """
-    selection = symbols is not None or start is not None or end is not None
+    selection = symbols is not None or start is not None or end is not None or universe is not None
     safefs.outside_store(path, out)
     check_address_space()
     if fmt == "qlib":
         if selection:
-            raise InputError("--symbols/--start/--end: not with --format qlib (it writes the whole store)")
+            raise InputError("--symbols/--start/--end/--universe: not with --format qlib (it writes the whole store, "
+                             "each universe as instruments/NAME.txt)")
         _make_folder(Path(out).parent)   # a provider directory in a new nested folder
         return export_provider(path, out).symbols
     out = Path(out)
@@ -65,11 +54,8 @@ def export(path: str | os.PathLike, out: str | os.PathLike, fmt: str | None = No
     _make_folder(out.parent)   # export into a new nested folder
     if not out.parent.is_dir():
         raise InputError(f"{out}: folder {out.parent} does not exist")
-    if selection:
-        with open_store(path) as st:
-            df = st.to_polars(symbols, start, end)
-    else:
-        df = to_frame(path)
+    with open_store(path) as st:
+        df = st.to_polars(symbols, start, end, universe=universe)
     tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
     try:
         if suffix == ".csv":

@@ -60,11 +60,12 @@ def folder_name(symbol: str) -> str:
 
 @dataclass
 class Span:
-    """One line of an instruments file: a symbol listed from ``first`` to ``last`` (dates)."""
+    """One line of an instruments file: a symbol listed from ``first`` to ``last`` (dates), on line ``line``."""
 
     symbol: str
     first: np.datetime64
     last: np.datetime64
+    line: int = 0
 
 
 # --------------------------------------------------------------------------- reading
@@ -124,7 +125,7 @@ def read_instruments(path: Path) -> list[Span]:
         if not plain_symbol(parts[0].strip()):
             raise InputError(f"{path}: line {n}: instrument {parts[0].strip()[:60]!r} is not a plain name (no '/', "
                              f"'\\', '..' or NUL): it would name a folder outside features/")
-        out.append(Span(parts[0].strip(), _day(parts[1], path, n), _day(parts[2], path, n)))
+        out.append(Span(parts[0].strip(), _day(parts[1], path, n), _day(parts[2], path, n), n))
     if not out:
         raise InputError(f"{path}: no instrument listed")
     return out
@@ -331,6 +332,11 @@ class ProviderWriter:
                 fh.write(head.astype("<f4").tobytes())
                 fh.write(np.ascontiguousarray(values[:, j], dtype="<f4").tobytes())
         self.spans.append((symbol, first, first + len(values) - 1))
+
+    def market(self, name: str, spans: list[tuple[str, str, str]]) -> None:
+        """``instruments/<name>.txt``: a ``SYMBOL<TAB>first<TAB>last`` line per span (a universe: Qlib's market)."""
+        text = "".join(f"{s}\t{a}\t{b}\n" for s, a, b in spans)
+        (self.tmp / "instruments" / f"{name}.txt").write_text(text, encoding="utf-8")
 
     def finish(self) -> None:
         """Write ``instruments/all.txt`` and move the directory into place."""

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, panel as P
-from ..store import lock, manifest as mf, safefs, writer as W
+from ..store import lock, manifest as mf, safefs, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar
 from ..errors import InputError
@@ -362,7 +362,7 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
-             "adj_factor_source": plan.factor_source}
+             "adj_factor_source": plan.factor_source, **universes.carried(m)}   # spans are dates: kept as they are
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:

@@ -11,7 +11,9 @@ while their block is live (``prefetch``), and dropped with its pages when it lea
 pages and the file's page cache, ``MADV_DONTNEED`` + ``POSIX_FADV_DONTNEED``), so neither the process nor the page
 cache grows with the store.
 
-Calendar windows only (``days="calendar"``, either ``missing``); symbol-day windows need the bar table.
+Calendar windows only (``days="calendar"``, either ``missing``); symbol-day windows need the bar table. With a
+universe (``KlineDataset(universe=...)``) a window counts only on its symbol's member days, in the counts and in the
+days computed from them, so both orders keep seeing one multiset of samples.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..memory import Available, available, gib
 from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
+from ..store.universes import Universe
 
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
 FULL_INDEX_FRACTION = 0.5     # the full index (and its build) may take this share of the available memory
@@ -110,11 +113,12 @@ class BlockIndex:
     # -- building ------------------------------------------------------------------
     @classmethod
     def build(cls, panel: np.ndarray, plan: SamplePlan, seg_bytes: int = SEG_BYTES,
-              drop_pages: Any = None) -> BlockIndex:
+              drop_pages: Any = None, member: Universe | None = None) -> BlockIndex:
         """Count the valid windows of every segment, a few rows at a time (bounded temporaries).
 
         ``drop_pages(rows)`` is called after each group of rows is counted (to drop their pages from the cache:
-        counting a store bigger than memory must not evict everything else).
+        counting a store bigger than memory must not evict everything else). ``member``: count a window only on a
+        member day of its symbol.
         """
         n_sym, n_dates, n_fields = panel.shape
         seg_bars = max(1, seg_bytes // (4 * n_fields))
@@ -127,6 +131,8 @@ class BlockIndex:
             for a in range(0, n_sym, step):
                 b = min(n_sym, a + step)
                 valid = W.calendar_valid(panel[a:b], plan, plan.lo, plan.hi)[:, t_lo: t_hi + 1]
+                if member is not None:
+                    valid &= member.mask(slice(a, b), t_lo, t_hi + 1)
                 pad = n_seg * seg_bars - span
                 if pad:
                     valid = np.pad(valid, ((0, 0), (0, pad)))
@@ -158,9 +164,11 @@ class BlockIndex:
         self._lookup = None
         self._cache.clear()
 
-    def attach(self, panel: np.ndarray, plan: SamplePlan, fd: int | None, row_stride: int, n_fields: int) -> None:
-        """What segments are computed from (the store's panel) and whose pages prefetch and release advise."""
-        self._source = (panel, plan)
+    def attach(self, panel: np.ndarray, plan: SamplePlan, fd: int | None, row_stride: int, n_fields: int,
+               member: Universe | None = None) -> None:
+        """What segments are computed from (the store's panel, the universe its counts kept) and whose pages
+        prefetch and release advise."""
+        self._source = (panel, plan, member)
         self._fd, self._row_stride, self._n_fields = fd, row_stride, n_fields
 
     def add_mapping(self, flat: np.ndarray) -> None:
@@ -250,11 +258,13 @@ class BlockIndex:
     def _compute(self, s: int, k0: int, k1: int) -> None:
         if self._source is None:
             raise RuntimeError("BlockIndex has no panel attached")
-        panel, plan = self._source
+        panel, plan, member = self._source
         a = self.t_lo + k0 * self.seg_bars
         b = min(self.t_hi + 1, self.t_lo + k1 * self.seg_bars)
         hi = min(b - 1 + plan.horizon, plan.hi)
         valid = W.calendar_valid(panel[s: s + 1], plan, max(a, plan.lo), hi)[0]
+        if member is not None:
+            valid[a:b] &= member.mask(slice(s, s + 1), a, b)[0]
         base = s * self.n_segments
         with self._lock:
             for k in range(k0, k1):
@@ -293,9 +303,10 @@ class BlockIndex:
         self.pages.drop(self._fd, [self._bytes(s, k0, k1, False)])
 
 
-def attach_store(index: BlockIndex, store: Any, plan: SamplePlan) -> None:
-    """Compute segments from ``store``'s panel; advise its pages (its shared mapping, its pinned descriptor)."""
-    index.attach(store.panel, plan, getattr(store, "_fd", None), store.row_stride, store.n_fields)
+def attach_store(index: BlockIndex, store: Any, plan: SamplePlan, member: Universe | None = None) -> None:
+    """Compute segments from ``store``'s panel (on ``member``'s days); advise its pages (its shared mapping, its
+    pinned descriptor)."""
+    index.attach(store.panel, plan, getattr(store, "_fd", None), store.row_stride, store.n_fields, member)
     index.pages.set_shared(mapping_base(store.panel))
 
 
@@ -340,19 +351,25 @@ def cached(path: Path, load: Callable[[Path], T | None], build: Callable[[], T],
     return got
 
 
-def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
+def build_blocks(store: Any, plan: SamplePlan, member: Universe | None = None) -> BlockIndex:
     """The block index of a store: segment counts from the per-user cache, else counted (one pass over the store;
     the process that counts holds a lock, so the ranks of a node started together count once and the others load
     its result). Counting drops each group of rows from the page cache behind it when the store is bigger than
-    half the available memory (a pass over it must not evict everything else)."""
+    half the available memory (a pass over it must not evict everything else). ``member``: windows on its member
+    days only (the universe's spans enter the cache key)."""
     def count() -> BlockIndex:
-        return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store))
+        return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store), member=member)
 
-    idx = cached(cache_dir() / f"{cache_key(store, plan)}.npz", _load, count,
+    idx = cached(cache_dir() / f"{cache_key(store, plan, *universe_key(member))}.npz", _load, count,
                  lambda path, i: save_arrays(path, counts=i.counts, t_lo=i.t_lo, t_hi=i.t_hi, seg_bars=i.seg_bars,
                                              n_dates=i.n_dates))
-    attach_store(idx, store, plan)
+    attach_store(idx, store, plan, member)
     return idx
+
+
+def universe_key(member: Universe | None) -> tuple[str, ...]:
+    """What a universe adds to a cache key: its name and a hash of its spans on the store's calendar."""
+    return () if member is None else ("universe", member.name, member.digest)
 
 
 def page_dropper(store: Any) -> Callable[[int, int], None] | None:
@@ -388,10 +405,11 @@ def save_arrays(path: Path, **arrays: Any) -> None:
 class BlockSource:
     """What a dataset of calendar windows offers the block order (``feed/block_feed.py``), over the block index it
     keeps, or over the segment counts of its full index. Mixed into KlineDataset, which provides ``store``,
-    ``plan``, ``_index()``, ``_cpu`` and ``_cpu_gatherer()``."""
+    ``plan``, ``member``, ``_index()``, ``_cpu`` and ``_cpu_gatherer()``."""
 
     store: Any
     plan: SamplePlan
+    member: Universe | None   # the dataset's universe: windows on member days only
     _cpu: Any
     _index: Any            # methods of the dataset
     _cpu_gatherer: Any
@@ -422,7 +440,7 @@ class BlockSource:
             st = self.store
             view = BlockIndex.from_full(v, self.plan, st.n_symbols, st.n_dates, st.n_fields)
             view.compute_days = False   # positions resolve through the full index
-            attach_store(view, st, self.plan)
+            attach_store(view, st, self.plan, self.member)
             if self._cpu is not None:
                 view.add_mapping(self._cpu.panel_np)
             self._block_view = view
@@ -445,4 +463,4 @@ class BlockSource:
 
 __all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
            "build_blocks", "cache_dir", "cache_key", "cached", "choose_index", "full_index_bytes", "page_dropper",
-           "save_arrays", "window_bounds"]
+           "save_arrays", "universe_key", "window_bounds"]

@@ -34,7 +34,7 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
     padding), ``symbol`` ``[B, n_max]`` (-1 in padding), ``mask`` bool ``[B, n_max]``, ``t`` ``[B]``.
 
     Args: as :class:`KlineDataset` (``path``, ``window``, ``fields``, ``horizon``, ``start``, ``end`` and the
-    keyword options), plus ``min_count``: fewest windows a day needs to be an item. ``path`` may also be a
+    keyword options; ``universe=NAME``: a day holds that day's members), plus ``min_count``: fewest windows a day needs to be an item. ``path`` may also be a
     KlineDataset, whose windows are grouped (its own parameters apply; pass no others). ``index``: "full" (the
     by-day table, 8 bytes a window), "blocks" (item days counted per segment of dates, 4 bytes a segment: for stores
     bigger than memory, ``days="calendar"`` only; ``loader(order="blocks")`` reads a block of dates across the
@@ -67,7 +67,7 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
         self._xs_view: DayBlocks | None = None
         mode = "blocks" if not w.keeps_full_index else getattr(w, "index_mode", "auto")
         if choose_day_index(mode, st.n_symbols, st.n_dates, w.plan, str(st.path)) == "blocks":
-            self._xs = build_day_blocks(st, w.plan, self._rows(), self.min_count)
+            self._xs = build_day_blocks(st, w.plan, self._rows(), self.min_count, w.member)
         else:
             self._make_table()
 
@@ -100,7 +100,7 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
         self._xs = self._xs_view = None
         if "xs" in state:
             self._xs = DayBlocks.from_state(state["xs"])
-            self._xs.attach(self.windows.store, self.windows.plan)
+            self._xs.attach(self.windows.store, self.windows.plan, self.windows.member)
 
     def _tables(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if self._days is None:

@@ -44,6 +44,7 @@ from ..feed.shm import WorkerRing
 from ..features.plan import field_roles
 from .spec import Adjust, FieldRoles, Normalize, SamplePlan, SampleSpec, resolve
 from ..store import Store, open_store
+from ..store.universes import Universe
 
 # Windows used to estimate z-score statistics (spread evenly over the index) and per gather call while doing so.
 ZSCORE_SAMPLE = 65536
@@ -88,6 +89,10 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         version: store version to read (default: the current one, or the open Store's).
         symbols: only these symbols' windows (names; default all). ``sample["symbol"]`` stays the index into
             ``store.symbols``.
+        universe: only the samples ``(symbol, t)`` whose day ``t`` is a member day of the symbol in this universe
+            of the store (``kline-store universe``, or a Qlib market kept by ingest): exactly the dataset's samples
+            without it on those days; a window may reach back before the symbol joined, as Qlib computes over the
+            whole series and keeps the rows inside the spans.
         index: "full" (4 bytes per window: the uniform order's index), "blocks" (4 bytes per segment of about
             64 KiB of a row, validity computed when a block is read: for stores bigger than memory, ``days=
             "calendar"`` only) or "auto" (full when building it takes at most half the available memory).
@@ -103,14 +108,14 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
                  adjust: Adjust = "none", normalize: Normalize = "none", stats: dict[str, Any] | None = None,
                  missing: Literal["drop", "ffill"] = "drop", max_missing: int | None = None,
                  days: Literal["calendar", "symbol"] = "calendar", version: int | None = None,
-                 symbols: Sequence[str] | str | None = None,
+                 symbols: Sequence[str] | str | None = None, universe: str | None = None,
                  index: Literal["auto", "full", "blocks"] = "auto") -> None:
         super().__init__()
         store = path if isinstance(path, Store) else None
         self.path = Path(store.path if store is not None else path)
         self.spec = SampleSpec.make(window, fields, horizon, start, end, label=label, adjust=adjust,
                                     normalize=normalize, missing=missing, max_missing=max_missing, days=days,
-                                    symbols=symbols)
+                                    symbols=symbols, universe=universe)
         if store is not None:
             version = store.version if version is None else version
         self._store: Store | None = store if store is not None and version == store.version else None
@@ -144,6 +149,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         st = self.store
         self.plan: SamplePlan = resolve(self.spec, st.fields, st.dates, str(st.path),
                                         FieldRoles(*field_roles(st.manifest)))
+        self.member: Universe | None = st.membership(self.spec.universe) if self.spec.universe is not None else None
         self._cpu: Gatherer | None = None
         self._pid = os.getpid()
         self._ring: WorkerRing | None = None
@@ -153,20 +159,25 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         st = self.store
         mode = choose_index(self.index_mode, st.n_symbols, st.n_dates, self.plan, str(st.path))
         if mode == "blocks":
-            idx = build_blocks(st, self.plan)
+            idx = build_blocks(st, self.plan, self.member)
             if self.spec.symbols is not None:   # the symbols left out have no window
                 idx.keep_rows(self._symbol_rows())
             self._valid, self._bars = idx, None   # type: ignore[assignment]
             if len(self._valid) == 0:
                 raise InputError(self._explain_empty())
             return
-        self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
-        if self.spec.symbols is not None:
-            rows = self._symbol_rows()
-            keep = np.isin(self._valid // self.store.n_dates, rows)
-            self._valid = self._valid[keep]
+        self._valid, self._bars = self._full_valid()
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
+
+    def _full_valid(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """The full valid-window index (and bar table) of ``symbols=`` and ``universe=``."""
+        valid, bars = W.valid_index(self.store.panel, self.plan)
+        if self.spec.symbols is not None:
+            valid = valid[np.isin(valid // self.store.n_dates, self._symbol_rows())]
+        if self.member is not None:         # on member days only: the same samples, fewer of them
+            valid = valid[self.member.contains(valid)]
+        return valid, bars
 
     def _symbol_rows(self) -> np.ndarray:
         """Store rows of ``symbols=``; one line naming the first unknown one."""
@@ -185,6 +196,9 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         span = f"{st.dates[lo]}..{st.dates[hi]}" if 0 <= lo <= hi < st.n_dates else "an empty date range"
         msg = (f"{st.path}: no valid window in {span} (window={p.window}, horizon={p.horizon}, "
                f"fields={self.fields}, missing={p.missing!r}, days={p.days!r})")
+        m = self.member
+        if m is not None and 0 <= lo <= hi < st.n_dates and not ((m.start <= hi) & (m.end >= lo)).any():
+            return msg + f": universe {self.member.name!r} has no member on any day of the range"
         if hi - lo < p.horizon:  # t and its label day must both fit in the range
             return (msg + f": the range holds {max(0, hi - lo + 1)} trading days, a sample needs {p.horizon + 1}"
                     f" (t and its label day); widen start/end or shorten the horizon")
@@ -222,7 +236,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         self.index_mode = state.get("index", "auto")
         if "blocks" in state:
             self._valid = BlockIndex.from_state(state["blocks"])   # type: ignore[assignment]
-            attach_store(self._valid, self.store, self.plan)
+            attach_store(self._valid, self.store, self.plan, self.member)
 
     def use_version(self, version: int) -> None:
         """Read store version ``version`` from now on (the index is rebuilt); StoreError when it is gone."""
@@ -277,7 +291,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             st = self.store
             choose_index("full", st.n_symbols, st.n_dates, self.plan, str(st.path))
             cpu = self._cpu
-            self._valid, self._bars = W.valid_index(st.panel, self.plan)
+            self._valid, self._bars = self._full_valid()
             self.index_mode = "full"
             self._cpu = cpu
         return self._valid

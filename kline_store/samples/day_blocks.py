@@ -10,7 +10,8 @@ while its block is live and dropped with its pages when the block leaves.
 
 Item positions are the uniform order's (days ascending), so both orders deliver one multiset of days, and the block
 order's pure functions (``feed/block_order.py``) run on the per-block counts of days as they do on windows.
-Calendar windows only (``days="calendar"``).
+Calendar windows only (``days="calendar"``). With a universe a day's windows are its members' (``member``), in the
+counts and in the days and bits computed from them.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from . import windows as W
 from ..errors import InputError
 from ..feed.block_feed import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
-from .blocks import FULL_INDEX_FRACTION, cache_dir, cache_key, cached, page_dropper, save_arrays, window_bounds
+from .blocks import (FULL_INDEX_FRACTION, cache_dir, cache_key, cached, page_dropper, save_arrays, universe_key,
+                     window_bounds)
 from .pages import Mappings, mapping_base
 from .spec import SamplePlan
+from ..store.universes import Universe
 
 SEG_ROW_BYTES = 4 << 10       # days per segment: about this many bytes of each row (blocks are whole segments)
 CACHE_BYTES = 256 << 20       # computed segments kept at most (live blocks release theirs first; a worker process
@@ -99,9 +102,10 @@ class DayBlocks:
     # -- building ------------------------------------------------------------------
     @classmethod
     def build(cls, panel: np.ndarray, plan: SamplePlan, rows: np.ndarray | None, min_count: int, seg_days: int,
-              drop_pages: Any = None) -> DayBlocks:
+              drop_pages: Any = None, member: Universe | None = None) -> DayBlocks:
         """Count the item days of every segment: valid windows per day summed over the rows, a few rows at a time
-        (bounded temporaries; ``drop_pages(a, b)`` after each group of rows ``[a, b)``)."""
+        (bounded temporaries; ``drop_pages(a, b)`` after each group of rows ``[a, b)``); ``member``: a window
+        counts on its symbol's member days only."""
         n_sym, n_dates, n_fields = panel.shape
         t_lo, t_hi = window_bounds(plan, n_dates)
         span = max(0, t_hi - t_lo + 1)
@@ -115,7 +119,10 @@ class DayBlocks:
             part = which[i: i + step]
             a, b = int(part[0]), int(part[-1]) + 1
             whole = b - a == len(part)              # consecutive rows: a view, else a copy of these rows only
-            per_day += W.calendar_valid(panel[a:b] if whole else panel[part], plan, plan.lo, plan.hi).sum(axis=0)
+            valid = W.calendar_valid(panel[a:b] if whole else panel[part], plan, plan.lo, plan.hi)
+            if member is not None:
+                valid &= member.mask(part, 0, n_dates)
+            per_day += valid.sum(axis=0)
             if drop_pages is not None:
                 for r0, r1 in ([(a, b)] if whole else [(int(r), int(r) + 1) for r in part]):
                     drop_pages(r0, r1)
@@ -132,9 +139,10 @@ class DayBlocks:
         k = (np.asarray(days, dtype=np.int64) - t_lo) // seg_days
         return cls(np.bincount(k, minlength=n_seg), t_lo, t_hi, seg_days, n_dates, rows, min_count)
 
-    def attach(self, store: Any, plan: SamplePlan) -> None:
-        """Compute segments from ``store``'s panel; advise its pages (its shared mapping, its pinned descriptor)."""
-        self._source = (store.panel, plan)
+    def attach(self, store: Any, plan: SamplePlan, member: Universe | None = None) -> None:
+        """Compute segments from ``store``'s panel (on ``member``'s days); advise its pages (its shared mapping, its
+        pinned descriptor)."""
+        self._source = (store.panel, plan, member)
         self._fd, self._row_stride, self._n_fields = getattr(store, "_fd", None), store.row_stride, store.n_fields
         self._n_rows = store.n_symbols if self.rows is None else len(self.rows)
         self.pages.set_shared(mapping_base(store.panel))
@@ -205,12 +213,14 @@ class DayBlocks:
     def _compute(self, k0: int, k1: int, keep: bool = True) -> dict[int, tuple[np.ndarray, np.ndarray]]:
         if self._source is None:
             raise RuntimeError("DayBlocks has no store attached")
-        panel, plan = self._source
+        panel, plan, member = self._source
         a, b = self._span(k0, k1)
         w, h = plan.window, plan.horizon
         d0, d1 = a - (w - 1), min(b + h, self.n_dates)       # the segments' days with their halo
         part = panel[:, d0:d1] if self.rows is None else panel[self.rows, d0:d1]
         valid = W.calendar_valid(part, plan, w - 1, min(b - 1 + h, plan.hi) - d0)[:, w - 1: w - 1 + (b - a)]
+        if member is not None:
+            valid &= member.mask(self.rows, a, b)
         item = valid.sum(axis=0) >= self.min_count
         out = {}
         for k in range(k0, k1):
@@ -264,15 +274,18 @@ class DayBlocks:
         self.pages.drop(self._fd, self._ranges(k0, k1, False))
 
 
-def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_count: int) -> DayBlocks:
+def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_count: int,
+                     member: Universe | None = None) -> DayBlocks:
     """The day blocks of a store: counts from the per-user cache, else counted (one pass over the rows, under the
-    cache's lock: the ranks of a node count once)."""
+    cache's lock: the ranks of a node count once); ``member``: each day's members only (in the cache key)."""
     seg_days = seg_days_for(store.n_fields)
     which = "all" if rows is None else hashlib.sha256(np.asarray(rows, np.int64).tobytes()).hexdigest()[:16]
-    path = cache_dir() / f"{cache_key(store, plan, 'days', seg_days, max(1, int(min_count)), which)}.npz"
+    key = cache_key(store, plan, 'days', seg_days, max(1, int(min_count)), which, *universe_key(member))
+    path = cache_dir() / f"{key}.npz"
 
     def count() -> DayBlocks:
-        return DayBlocks.build(store.panel, plan, rows, min_count, seg_days, drop_pages=page_dropper(store))
+        return DayBlocks.build(store.panel, plan, rows, min_count, seg_days, drop_pages=page_dropper(store),
+                               member=member)
 
     def load(p: Any) -> DayBlocks | None:
         try:
@@ -284,7 +297,7 @@ def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_
 
     idx = cached(path, load, count, lambda p, d: save_arrays(p, counts=d.counts, t_lo=d.t_lo, t_hi=d.t_hi,
                                                              seg_days=d.seg_days, n_dates=d.n_dates))
-    idx.attach(store, plan)
+    idx.attach(store, plan, member)
     return idx
 
 
@@ -335,7 +348,7 @@ class DayBlockSource:
             view = DayBlocks.from_days(self._days, plan, st.n_dates, seg_days_for(st.n_fields), self._rows(),
                                        self.min_count)
             view.compute_days = False   # positions resolve through the table
-            view.attach(st, plan)
+            view.attach(st, plan, self.windows.member)
             self._xs_view = view
         return view
 

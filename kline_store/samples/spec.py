@@ -78,6 +78,7 @@ class SampleSpec:
     max_missing: int | None = None
     days: Literal["calendar", "symbol"] = "calendar"
     symbols: tuple[str, ...] | None = None
+    universe: str | None = None      # only samples whose day t is a member day of this universe of the store
 
     @classmethod
     def make(cls, window: int = 64, fields: Sequence[str] | str | None = None, horizon: int | None = None,
@@ -106,6 +107,8 @@ class SampleSpec:
             raise InputError("days='symbol' windows have no missing days; use missing='drop' with them")
         if self.max_missing is not None and self.missing != "ffill":
             raise InputError("max_missing applies to missing='ffill' only")
+        if self.universe is not None and not isinstance(self.universe, str):
+            raise InputError(f"universe={self.universe!r}: expected the name of one of the store's universes")
         if self.symbols is not None:
             if not self.symbols:
                 raise InputError("symbols=[]: give at least one symbol (or None for all)")

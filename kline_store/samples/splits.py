@@ -53,7 +53,8 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
             (default: ``horizon``; at least ``horizon`` is enforced).
         cross_section: build :class:`CrossSectionDataset` s instead of :class:`KlineDataset` s.
         symbols: only these symbols' windows, in every split (names; default all).
-        **options: other dataset options (label, adjust, normalize, missing, days, ...).
+        **options: other dataset options (label, adjust, normalize, missing, days, universe, ...); with
+            ``universe="csi300"`` each split holds the samples of that universe's members on their member days.
 
     Returns:
         ``Splits(train, valid, test)``.

@@ -1,5 +1,6 @@
-"""The store on disk and its guards: the format (manifest, checksums), the writer lock, the read side
-(snapshot: a pinned, verified version) and the write side (staging, commit, gc), the time axis and sessions.
+"""The store on disk and its guards: the format (manifest, checksums, universes), the writer lock, the read side
+(snapshot: a pinned, verified version; labels read on their day) and the write side (staging, commit, gc), the
+time axis and sessions.
 
 May import: kline_store.errors, kline_store.progress. Nothing above it (ingest, features, feed, samples, ...)
 is imported here: every other wing reads and writes through this one.

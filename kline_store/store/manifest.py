@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from . import safefs
+from . import safefs, universes
 from ..errors import StoreError
 
 FORMAT = "kline-store"
@@ -291,6 +291,7 @@ def check_manifest(m: dict, path: Path) -> None:
         raise c.fail("adj_factor_source", f"{_show(m['adj_factor_source'])} is not one of input, events, null")
     c.optional_factors("adj_last_factor", n_sym)
     c.optional_factors("adj_rebase", n_sym)
+    universes.check(m.get(universes.KEY), m["symbols"], c.fail)
 
 
 def read_manifest(store_dir: Path, version: int | None = None) -> dict:

@@ -19,6 +19,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from . import frames, lock, manifest as mf, safefs, timeaxis as TA
+from .universes import Universe, names as universe_names
 from ..errors import InputError, StoreError
 from ..progress import track
 
@@ -124,6 +125,32 @@ class Store:
         except ValueError:
             raise InputError(f"{self.path}: no symbol {symbol!r}") from None
 
+    @property
+    def universes(self) -> list[str]:
+        """Names of the store's universes (symbols with membership dates), sorted."""
+        return universe_names(self.manifest)
+
+    def universe(self, name: str) -> np.ndarray:
+        """Read-only bool ``[n_symbols, n_dates]``: True on the days a symbol is a member of universe ``name``."""
+        out = self.membership(name).dense()
+        out.flags.writeable = False
+        return out
+
+    def membership(self, name: str) -> Universe:
+        """Universe ``name`` on this store's calendar as spans of calendar positions (O(spans), no dense array);
+        a one-line InputError naming the store's universes when it has no such one."""
+        return Universe.of(self.manifest, name, self.calendar_days(), self.path)
+
+    def calendar_days(self) -> np.ndarray:
+        """The trading day of each calendar entry (days since 1970): the date, or for an intraday bar the day it
+        belongs to (a bar stamped 24:00 with its end belongs to the day it ends)."""
+        keys = self.dates.astype(np.int64)
+        if self.freq == TA.DAILY:
+            return keys
+        # sessions.trading_day's rule (that module reads session files with polars: not imported by readers)
+        end = (self.manifest.get("sessions") or {}).get("stamp") == "end"
+        return (keys - 1) // TA.MINUTES_PER_DAY if end else keys // TA.MINUTES_PER_DAY
+
     def symbol_summary(self) -> list[dict]:
         """Per symbol: its first and last bar (ISO text, None without bars) and its number of bars."""
         counts = np.zeros(self.n_symbols, dtype=np.int64)
@@ -135,16 +162,18 @@ class Store:
                  "bars": int(c)} for s, f, la, c in zip(self.symbols, self.first_bar, self.last_bar, counts)]
 
     def to_polars(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
-                  fields: Sequence[str] | str | None = None, wide: bool = False):
+                  fields: Sequence[str] | str | None = None, wide: bool = False, universe: str | None = None):
         """The store (or a selection) as a polars DataFrame: long format, one row per bar (``symbol``, ``date``
         or ``time``, fields), sorted by symbol and date; ``wide=True``: one field as date x symbol. ``start`` and
-        ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). See store/frames.py."""
-        return frames.to_polars(self, symbols, start, end, fields, wide)
+        ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). Every value is on the
+        row of the day it describes (a features store's label too); ``universe``: only its members' rows on their
+        member days (wide: NaN elsewhere). See store/frames.py."""
+        return frames.to_polars(self, symbols, start, end, fields, wide, universe)
 
     def to_pandas(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
-                  fields: Sequence[str] | str | None = None, wide: bool = False):
+                  fields: Sequence[str] | str | None = None, wide: bool = False, universe: str | None = None):
         """As :meth:`to_polars`, a pandas DataFrame (``wide=True``: indexed by date, one column per symbol)."""
-        return frames.to_pandas(self, symbols, start, end, fields, wide)
+        return frames.to_pandas(self, symbols, start, end, fields, wide, universe)
 
     @property
     def logical_bytes(self) -> int:
@@ -185,6 +214,7 @@ class Store:
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
             "freq": self.freq, "bar": self.bar, "timezone": m.get("timezone", "exchange-local, naive"),
             "sessions": m.get("sessions"),
+            "universes": {u: self.membership(u).summary() for u in self.universes},
         }
 
     def close(self) -> None:

@@ -184,6 +184,57 @@ def test_rank_shards(ds):
         ds.loader(rank=3, world_size=3)
 
 
+def _cells(batch: dict, keep: torch.Tensor | None = None) -> list[tuple[int, ...]]:
+    """A batch's samples as (symbol, t) for windows or (t,) for days, those of ``keep`` only."""
+    keep = torch.ones(len(batch["t"]), dtype=torch.bool) if keep is None else keep
+    if batch["t"].dim() == 1 and "mask" in batch:   # cross-sections: one item per day
+        return [(int(t),) for t in batch["t"][keep]]
+    return [(int(s), int(t)) for s, t in zip(batch["symbol"][keep], batch["t"][keep])]
+
+
+@pytest.mark.parametrize("order", ["uniform", "blocks"])
+@pytest.mark.parametrize("kind", ["windows", "days"])
+def test_evaluation_over_three_ranks_counts_each_sample_once(ds, order, kind):
+    """3 ranks over a dataset whose length is not a multiple of 3: the windows not marked ``padded`` under the
+    default tail, and the windows of ``tail="uneven"``, are every window exactly once."""
+    src = ds if kind == "windows" else CrossSectionDataset(ds)
+    n, world = len(src), 3
+    assert n % world, "the test needs a length that is not a multiple of 3"
+    every = sorted(_cells(src.gather_batch(np.arange(n))))
+    for shuffle in (True, False):
+        opts = dict(batch_size=7, shuffle=shuffle, seed=3, world_size=world, order=order, num_workers=0)
+        padded = [list(src.loader(rank=r, **opts)) for r in range(world)]
+        assert len({len(b) for b in padded}) == 1          # training's default: the same steps on every rank
+        marked = [bool(m) for bs in padded for b in bs for m in b["padded"]]
+        assert sum(marked) == -(-n // world) * world - n > 0
+        kept = [c for bs in padded for b in bs for c in _cells(b, ~b["padded"])]
+        assert sorted(kept) == every                        # each window once, the repeats marked
+        assert all(b["padded"].dtype == torch.bool and b["padded"].shape == b["t"].shape for bs in padded for b in bs)
+        uneven = [list(src.loader(rank=r, tail="uneven", **opts)) for r in range(world)]
+        assert sorted(c for bs in uneven for b in bs for c in _cells(b)) == every
+        assert all("padded" not in b for bs in uneven for b in bs)
+        sizes = [sum(len(b["t"]) for b in bs) for bs in uneven]
+        steps = [len(bs) for bs in uneven]
+        assert max(sizes) - min(sizes) == 1 and max(steps) - min(steps) <= 1
+        assert [len(src.loader(rank=r, tail="uneven", **opts)) for r in range(world)] == steps
+    one = next(iter(src.loader(batch_size=7, num_workers=0)))
+    assert "padded" not in one                              # one rank repeats nothing: the plain batch
+
+
+def test_padded_flag_survives_resume_and_threads(ds, small_chunks):
+    world = 3
+    for r in range(world):
+        whole = list(ds.loader(batch_size=16, seed=1, rank=r, world_size=world, num_workers=2))
+        ld = ds.loader(batch_size=16, seed=1, rank=r, world_size=world, num_workers=2)
+        it = iter(ld)
+        head = [next(it) for _ in range(len(whole) - 1)]
+        again = ds.loader(batch_size=16, seed=1, rank=r, world_size=world, num_workers=2)
+        again.load_state_dict(ld.state_dict())
+        tail = list(again)
+        assert _same(head + tail, whole)
+        assert bool(whole[-1]["padded"][-1]) == (r >= len(ds) % world)
+
+
 def _y_only(batch: dict) -> torch.Tensor:
     return batch["y"] * 2
 

@@ -26,9 +26,17 @@ def test_permutation_depends_on_seed_and_epoch_only():
        tail=st.sampled_from(S.TAILS), shuffle=st.booleans())
 def test_shards_partition_the_epoch(n, world, seed, epoch, tail, shuffle):
     shards = [S.rank_indices(n, seed, epoch, r, world, shuffle, tail) for r in range(world)]
+    assert [len(x) for x in shards] == [S.shard_size(n, world, tail, r) for r in range(world)]
     sizes = {len(x) for x in shards}
-    assert sizes == {S.shard_size(n, world, tail)}  # every rank runs the same number of steps
     allx = np.concatenate(shards) if shards else np.zeros(0, np.int64)
+    if tail == "uneven":   # disjoint and covering: each sample once; ranks differ by at most one sample
+        assert sorted(allx.tolist()) == list(range(n)) and max(sizes) - min(sizes) <= 1
+        assert all(not S.padded(0, len(x), n, r, world, tail).any() for r, x in enumerate(shards))
+        return
+    assert sizes == {S.shard_size(n, world, tail)}  # every rank runs the same number of steps
+    if tail == "pad":      # the samples not marked padded: each exactly once
+        own = [x[~S.padded(0, len(x), n, r, world, tail)] for r, x in enumerate(shards)]
+        assert sorted(np.concatenate(own).tolist()) == list(range(n))
     if tail == "drop":
         assert len(set(allx.tolist())) == len(allx) == (n // world) * world  # disjoint
         assert set(allx.tolist()) == set(S.epoch_order(n, seed, epoch, shuffle)[: len(allx)].tolist())

@@ -66,3 +66,23 @@ def test_a_failing_parquet_write_is_one_line(store, tmp_path, monkeypatch):
     with pytest.raises(InputError, match=r"cannot write the export \(No space left on device"):
         export(store, tmp_path / "x.parquet")
     assert [p.name for p in tmp_path.iterdir()] == ["s"]
+
+
+def test_export_of_a_universe(store, tmp_path):
+    import kline_store as ks
+
+    ks.set_universe(store, "idx", pl.DataFrame({"symbol": ["A", "B"], "start": ["2024-01-02", "2024-01-04"],
+                                                "end": ["2024-01-03", None]}))
+    r = run_cli("export", str(store), "-o", str(tmp_path / "u.csv"), "--universe", "idx")
+    assert r.returncode == 0 and "wrote 4 rows" in r.stdout, r.stderr
+    df = pl.read_csv(tmp_path / "u.csv")
+    assert list(zip(df["symbol"], df["date"])) == [("A", "2024-01-02"), ("A", "2024-01-03"), ("B", "2024-01-04"),
+                                                   ("B", "2024-01-05")]
+    assert to_frame(store, universe="idx").height == 4
+    for out, args, what in (("x.csv", ["--universe", "nope"], "no universe 'nope'; its universes: idx"),
+                            ("x", ["--universe", "idx", "--format", "qlib"], "not with --format qlib")):
+        r = run_cli("export", str(store), "-o", str(tmp_path / out), *args)
+        assert r.returncode == 1 and what in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    wide = open_store(store).to_pandas(fields="close", wide=True, universe="idx")
+    assert wide["A"].notna().tolist() == [False, True, True, False, False]
+    assert wide["B"].notna().tolist() == [False, False, False, True, True]

@@ -122,3 +122,26 @@ def test_dump_bin_dump_all(qlib_python, ashare, tmp_path):
     for p in (tmp_path / "dumped").rglob("*"):
         if p.is_file():
             assert (tmp_path / "back" / p.relative_to(tmp_path / "dumped")).read_bytes() == p.read_bytes(), p
+
+
+@pytest.mark.parametrize("bar", ["1w", "1mo"])
+def test_a_qlib_round_trip_keeps_the_bar_size(qlib_python, ashare, tmp_path, bar):
+    """A weekly or monthly store exported to Qlib (its dates are the calendar) and ingested back is weekly or
+    monthly again, value for value; Qlib reads the bars on their dates."""
+    ks.ingest(sorted(ashare.glob("*.csv"))[:20], tmp_path / "daily")
+    r = run_cli("resample", str(tmp_path / "daily"), "-o", str(tmp_path / "long"), "--freq", bar)
+    assert r.returncode == 0, r.stderr
+    export(tmp_path / "long", tmp_path / "qlib", fmt="qlib")
+    r = run_cli("ingest", str(tmp_path / "qlib"), "-o", str(tmp_path / "back"))
+    assert r.returncode == 0 and ("weekly" if bar == "1w" else "monthly") + " bar dates" in r.stdout, r.stdout
+    a, b = ks.open_store(tmp_path / "long"), ks.open_store(tmp_path / "back")
+    assert a.bar == b.bar == bar and b.info()["bar"] == bar
+    assert (a.dates == b.dates).all() and a.symbols == b.symbols
+    np.testing.assert_array_equal(np.asarray(b.panel), np.asarray(a.panel)[:, :, [a.fields.index(f) for f in b.fields]])
+    qlib(qlib_python, "read", tmp_path / "qlib", tmp_path / "got.npz", cwd=tmp_path)
+    got = np.load(tmp_path / "got.npz")
+    assert set(got["date"].tolist()) <= set(a.dates.tolist())            # Qlib's rows: the bars' dates
+    s = np.searchsorted(np.asarray(a.symbols), got["instrument"])
+    t = np.searchsorted(a.dates, got["date"])
+    want = np.asarray(a.panel)[s, t][:, [a.fields.index(f) for f in got["fields"]]]
+    np.testing.assert_array_equal(got["values"], want)

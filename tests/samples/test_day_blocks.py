@@ -101,13 +101,15 @@ def test_every_day_once_over_ranks_with_equal_steps(pair, world, seed, tail, poo
                        order="blocks", pool_blocks=pool, block_bytes=segs * seg_bytes, num_workers=0)
         assert ld.order == "blocks" and ld.batch_sampler.block_bytes == segs * seg_bytes
         o = positions(ld)
-        k = S.shard_size(n, world, tail)
-        assert len(ld) == S.n_batches(k, batch, drop_last)     # every rank runs the same number of steps
+        k = S.shard_size(n, world, tail, r)
+        assert len(ld) == S.n_batches(k, batch, drop_last)     # every rank the same number of steps, but "uneven"
         assert len(o) == (k // batch * batch if drop_last else k)
         orders.append(o)
     cov = Q.coverage(orders, n)
     if drop_last:   # the last partial batch of each rank left out
         assert cov["repeated"] == 0 or tail == "pad"
+    elif tail == "uneven":
+        assert cov["repeated"] == 0 and cov["overlap"] == 0 and cov["missing"] == 0
     elif tail == "drop":
         assert cov["repeated"] == 0 and cov["overlap"] == 0 and cov["missing"] == n % world
     else:
