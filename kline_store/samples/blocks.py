@@ -16,20 +16,17 @@ Calendar windows only (``days="calendar"``, either ``missing``); symbol-day wind
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from . import windows as W
 from ..errors import InputError
 from ..memory import Available, available, gib
+from .count_cache import cache_dir, cache_key, cached, load_arrays, save_arrays
 from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
@@ -299,47 +296,6 @@ def attach_store(index: BlockIndex, store: Any, plan: SamplePlan) -> None:
     index.pages.set_shared(mapping_base(store.panel))
 
 
-def cache_dir() -> Path:
-    """Where segment counts are kept between processes: ``$KLINE_STORE_CACHE`` or ``~/.cache/kline-store``."""
-    return Path(os.environ.get("KLINE_STORE_CACHE") or Path.home() / ".cache" / "kline-store") / "blocks"
-
-
-def cache_key(store: Any, plan: SamplePlan, *extra: Any) -> str:
-    """The cache file name of counts over ``store`` (path, version, checksums) for ``plan`` and ``extra``."""
-    m = store.manifest
-    ident = [str(Path(store.path).resolve()), store.version, m.get("manifest_checksum"), m["data"].get("file"),
-             m["data"].get("checksum"), repr(plan), SEG_BYTES, *extra]
-    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
-
-
-T = TypeVar("T")
-
-
-def cached(path: Path, load: Callable[[Path], T | None], build: Callable[[], T],
-           save: Callable[[Path, T], None]) -> T:
-    """``load(path)``, else ``build()`` and ``save`` it, holding a lock beside ``path`` while building: the ranks
-    of a node started together build once and the others load its result. No cache is no error."""
-    got = load(path)
-    if got is not None:
-        return got
-    lock = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        got = load(path)
-    except OSError:
-        pass
-    try:
-        if got is None:
-            got = build()
-            save(path, got)
-    finally:
-        if lock is not None:
-            os.close(lock)
-    return got
-
-
 def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
     """The block index of a store: segment counts from the per-user cache, else counted (one pass over the store;
     the process that counts holds a lock, so the ranks of a node started together count once and the others load
@@ -348,7 +304,7 @@ def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
     def count() -> BlockIndex:
         return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store))
 
-    idx = cached(cache_dir() / f"{cache_key(store, plan)}.npz", _load, count,
+    idx = cached(cache_dir() / f"{cache_key(store, plan, SEG_BYTES)}.npz", _load, count,
                  lambda path, i: save_arrays(path, counts=i.counts, t_lo=i.t_lo, t_hi=i.t_hi, seg_bars=i.seg_bars,
                                              n_dates=i.n_dates))
     attach_store(idx, store, plan)
@@ -364,25 +320,10 @@ def page_dropper(store: Any) -> Callable[[int, int], None] | None:
 
 
 def _load(path: Path) -> BlockIndex | None:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return BlockIndex(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_bars"]), int(z["n_dates"]))
-    except (OSError, KeyError, ValueError):
+    z = load_arrays(path, ("counts", "t_lo", "t_hi", "seg_bars", "n_dates"))
+    if z is None:
         return None
-
-
-def save_arrays(path: Path, **arrays: Any) -> None:
-    """An ``.npz`` written atomically (a temporary file renamed over); a cache that cannot be written is no error."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
+    return BlockIndex(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_bars"]), int(z["n_dates"]))
 
 
 class BlockSource:
@@ -444,5 +385,4 @@ class BlockSource:
 
 
 __all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
-           "build_blocks", "cache_dir", "cache_key", "cached", "choose_index", "full_index_bytes", "page_dropper",
-           "save_arrays", "window_bounds"]
+           "build_blocks", "choose_index", "full_index_bytes", "page_dropper", "window_bounds"]

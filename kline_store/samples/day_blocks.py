@@ -25,7 +25,8 @@ from . import windows as W
 from ..errors import InputError
 from ..feed.block_feed import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
-from .blocks import FULL_INDEX_FRACTION, cache_dir, cache_key, cached, page_dropper, save_arrays, window_bounds
+from .blocks import FULL_INDEX_FRACTION, page_dropper, window_bounds
+from .count_cache import cache_dir, cache_key, cached, load_arrays, save_arrays
 from .pages import Mappings, mapping_base
 from .spec import SamplePlan
 
@@ -275,12 +276,11 @@ def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_
         return DayBlocks.build(store.panel, plan, rows, min_count, seg_days, drop_pages=page_dropper(store))
 
     def load(p: Any) -> DayBlocks | None:
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                return DayBlocks(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_days"]), int(z["n_dates"]),
-                                 rows, min_count)
-        except (OSError, KeyError, ValueError):
+        z = load_arrays(p, ("counts", "t_lo", "t_hi", "seg_days", "n_dates"))
+        if z is None:
             return None
+        return DayBlocks(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_days"]), int(z["n_dates"]), rows,
+                         min_count)
 
     idx = cached(path, load, count, lambda p, d: save_arrays(p, counts=d.counts, t_lo=d.t_lo, t_hi=d.t_hi,
                                                              seg_days=d.seg_days, n_dates=d.n_dates))
