@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from . import windows as W
-from ..errors import InputError
+from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
-from .count_cache import cache_dir, cache_key, cached, load_arrays, save_arrays
+from .count_cache import (cache_file, cache_key, cached, forget, ignore, overlap, read_arrays, sample_rng,
+                          save_arrays, window_days)
 from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
@@ -34,6 +35,7 @@ from .spec import SamplePlan
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
 FULL_INDEX_FRACTION = 0.5     # the full index (and its build) may take this share of the available memory
 CACHE_SEGMENTS = 1 << 16      # computed segments kept at most (their live blocks release them first)
+SAMPLE_SEGMENTS = 128         # segments of cached counts counted again when they are loaded (about 8 MiB read)
 
 
 def window_bounds(plan: SamplePlan, n_dates: int) -> tuple[int, int]:
@@ -103,6 +105,7 @@ class BlockIndex:
         self._n_fields = 0
         self._lock = threading.Lock()
         self.compute_days = True    # False beside a full index: prefetch only reads pages
+        self.origin: Path | None = None   # the cache file the counts came from (removed if found wrong in use)
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -244,7 +247,8 @@ class BlockIndex:
             ts = self._cache[g]
         return ts
 
-    def _compute(self, s: int, k0: int, k1: int) -> None:
+    def _valid_days(self, s: int, k0: int, k1: int) -> dict[int, np.ndarray]:
+        """Window end days of the valid windows of row s's segments ``[k0, k1)``, counted from the panel."""
         if self._source is None:
             raise RuntimeError("BlockIndex has no panel attached")
         panel, plan = self._source
@@ -252,14 +256,53 @@ class BlockIndex:
         b = min(self.t_hi + 1, self.t_lo + k1 * self.seg_bars)
         hi = min(b - 1 + plan.horizon, plan.hi)
         valid = W.calendar_valid(panel[s: s + 1], plan, max(a, plan.lo), hi)[0]
+        out = {}
+        for k in range(k0, k1):
+            lo = self.t_lo + k * self.seg_bars
+            out[k] = (lo + np.flatnonzero(valid[lo: min(lo + self.seg_bars, self.t_hi + 1)])).astype(np.int32)
+        return out
+
+    def _compute(self, s: int, k0: int, k1: int) -> None:
+        days = self._valid_days(s, k0, k1)
+        for k, ts in days.items():
+            if len(ts) != self.counts[s, k]:   # counts from a cache that escaped its check: never a wrong window
+                forget(self.origin)
+                raise StoreError(f"{self.origin or 'block counts'}: symbol row {s}, segment {k}: {self.counts[s, k]} "
+                                 f"windows counted before, {len(ts)} in the store now; the cached counts were "
+                                 f"removed: create the dataset again to count them")
         base = s * self.n_segments
         with self._lock:
-            for k in range(k0, k1):
-                lo = self.t_lo + k * self.seg_bars
-                ts = lo + np.flatnonzero(valid[lo: min(lo + self.seg_bars, self.t_hi + 1)])
-                self._cache[base + k] = ts.astype(np.int32)
+            for k, ts in days.items():
+                self._cache[base + k] = ts
             while len(self._cache) > CACHE_SEGMENTS:
                 self._cache.pop(next(iter(self._cache)))
+
+    def check(self, store: Any, sample: int | None = None) -> str | None:
+        """What is wrong with counts loaded from a cache, against the attached store: a segment with more windows
+        than its rows' bars allow (``first_bar``/``last_bar``), more windows than the store has bars, or a sample of
+        ``sample`` segments that may hold windows (default ``SAMPLE_SEGMENTS``) counted again and found different. None
+        when they hold."""
+        plan = self._source[1]
+        k = np.arange(self.n_segments, dtype=np.int64)
+        a = self.t_lo + k * self.seg_bars
+        most = overlap(*window_days(store, plan), a, np.minimum(a + self.seg_bars, self.t_hi + 1))
+        bad = np.argwhere((self.counts > most) | (self.counts < 0))
+        if len(bad):
+            s, j = (int(v) for v in bad[0])
+            return (f"symbol {store.symbols[s]!r}, segment {j}: {self.counts[s, j]} windows where its bars allow "
+                    f"{most[s, j]}")
+        total = len(self)
+        bars = int(store.manifest.get("n_bars", total))
+        if total > bars:
+            return f"{total:,} windows, more than the store's {bars:,} bars"
+        maybe = np.flatnonzero(most.reshape(-1))
+        sample = SAMPLE_SEGMENTS if sample is None else sample
+        for g in np.sort(sample_rng().choice(maybe, min(sample, len(maybe)), replace=False)):
+            s, j = divmod(int(g), self.n_segments)
+            n = len(self._valid_days(s, j, j + 1)[j])
+            if n != self.counts[s, j]:
+                return f"symbol {store.symbols[s]!r}, segment {j}: {self.counts[s, j]} windows cached, {n} counted"
+        return None
 
     # -- residency ------------------------------------------------------------------------
     def _bytes(self, s: int, k0: int, k1: int, halo: bool) -> tuple[int, int]:
@@ -296,18 +339,43 @@ def attach_store(index: BlockIndex, store: Any, plan: SamplePlan) -> None:
     index.pages.set_shared(mapping_base(store.panel))
 
 
-def build_blocks(store: Any, plan: SamplePlan) -> BlockIndex:
-    """The block index of a store: segment counts from the per-user cache, else counted (one pass over the store;
-    the process that counts holds a lock, so the ranks of a node started together count once and the others load
-    its result). Counting drops each group of rows from the page cache behind it when the store is bigger than
-    half the available memory (a pass over it must not evict everything else)."""
+def build_blocks(store: Any, plan: SamplePlan, fresh: bool = False) -> BlockIndex:
+    """The block index of a store: segment counts from the per-user cache (checked against the store: see
+    :meth:`BlockIndex.check`), else counted (one pass over the store; the process that counts holds a lock, so the
+    ranks of a node started together count once and the others load its result). Counting drops each group of rows
+    from the page cache behind it when the store is bigger than half the available memory (a pass over it must not
+    evict everything else). ``fresh``: count without loading (and replace the cached counts)."""
+    path = cache_file(cache_key(store, plan, SEG_BYTES))
+    n_fields = store.n_fields
+    seg_bars = max(1, SEG_BYTES // (4 * n_fields))
+    t_lo, t_hi = window_bounds(plan, store.n_dates)
+    span = max(0, t_hi - t_lo + 1)
+    shape = (store.n_symbols, -(-span // seg_bars) if span else 0)
+
+    def load(p: Path) -> BlockIndex | None:
+        z, problem = read_arrays(p, {"counts": (np.int32, shape), "bounds": (np.int64, (4,))})
+        if z is not None and z["bounds"].tolist() != [t_lo, t_hi, seg_bars, store.n_dates]:
+            problem = f"bounds {z['bounds'].tolist()}, expected {[t_lo, t_hi, seg_bars, store.n_dates]}"
+        if problem is None and z is not None:
+            idx = BlockIndex(z["counts"], t_lo, t_hi, seg_bars, store.n_dates)
+            attach_store(idx, store, plan)
+            problem = idx.check(store)
+            if problem is None:
+                idx.origin = p
+                return idx
+        if problem is not None:
+            ignore(p, problem)
+        return None
+
     def count() -> BlockIndex:
         return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store))
 
-    idx = cached(cache_dir() / f"{cache_key(store, plan, SEG_BYTES)}.npz", _load, count,
-                 lambda path, i: save_arrays(path, counts=i.counts, t_lo=i.t_lo, t_hi=i.t_hi, seg_bars=i.seg_bars,
-                                             n_dates=i.n_dates))
-    attach_store(idx, store, plan)
+    def save(p: Path, i: BlockIndex) -> None:
+        save_arrays(p, counts=i.counts, bounds=np.array([i.t_lo, i.t_hi, i.seg_bars, i.n_dates], np.int64))
+
+    idx = cached(path, load, count, save, fresh)
+    if idx._source is None:
+        attach_store(idx, store, plan)
     return idx
 
 
@@ -317,13 +385,6 @@ def page_dropper(store: Any) -> Callable[[int, int], None] | None:
     if store.panel.nbytes > available().nbytes * FULL_INDEX_FRACTION:
         return lambda a, b: drop_rows(store, a, b)
     return None
-
-
-def _load(path: Path) -> BlockIndex | None:
-    z = load_arrays(path, ("counts", "t_lo", "t_hi", "seg_bars", "n_dates"))
-    if z is None:
-        return None
-    return BlockIndex(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_bars"]), int(z["n_dates"]))
 
 
 class BlockSource:
@@ -384,5 +445,5 @@ class BlockSource:
         self._blocks().release(row, k0, k1)
 
 
-__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
-           "build_blocks", "choose_index", "full_index_bytes", "page_dropper", "window_bounds"]
+__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SAMPLE_SEGMENTS", "SEG_BYTES", "BlockIndex", "BlockSource",
+           "attach_store", "build_blocks", "choose_index", "full_index_bytes", "page_dropper", "window_bounds"]

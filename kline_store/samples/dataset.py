@@ -24,6 +24,7 @@ pickle as (path, version, spec, stats) and reopen the store lazily in each proce
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -149,11 +150,11 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         self._ring: WorkerRing | None = None
         self._ring_made = False
 
-    def _build_index(self) -> None:
+    def _build_index(self, fresh: bool = False) -> None:
         st = self.store
         mode = choose_index(self.index_mode, st.n_symbols, st.n_dates, self.plan, str(st.path))
         if mode == "blocks":
-            idx = build_blocks(st, self.plan)
+            idx = build_blocks(st, self.plan, fresh)
             if self.spec.symbols is not None:   # the symbols left out have no window
                 idx.keep_rows(self._symbol_rows())
             self._valid, self._bars = idx, None   # type: ignore[assignment]
@@ -239,6 +240,19 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         self._store = store
         self._reset()
         self._build_index()
+
+    def sample_digest(self) -> str:
+        """The number of samples and a checksum of the block counts they come from (the same on ranks whose
+        datasets hold the same samples): what the ranks of a loader compare before the first step."""
+        v = self._index()
+        counts = zlib.crc32(v.counts.tobytes()) if isinstance(v, BlockIndex) else 0
+        return f"{len(v):,} samples (counts {counts:08x})"
+
+    def recount(self) -> None:
+        """Count the block index again from the store, not trusting the cache (the ranks disagreed)."""
+        if isinstance(self._valid, BlockIndex):
+            self._build_index(fresh=True)
+            self._cpu = None   # its mapping is advised by the new index
 
     def _index(self) -> np.ndarray:
         if self._valid is None:
