@@ -35,7 +35,7 @@ LAYERS = {
                "panel", "layout", "report", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["background", "sampling", "states", "agreement", "block_order", "batches", "buffers", "placement", "config",
              "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
-    "samples": ["ranges", "spec", "count_cache", "windows", "pages", "segments", "blocks", "day_blocks", "transforms", "gather", "dataset",
+    "samples": ["ranges", "spec", "count_cache", "windows", "pages", "segments", "blocks", "day_blocks", "coverage", "transforms", "gather", "dataset",
                 "cross_section", "splits", "feature_windows", "__init__"],
     "measure": ["timing", "meter", "synthetic", "shuffle", "tune", "classic", "bench_rows", "bench_report",
                 "bench", "__init__"],

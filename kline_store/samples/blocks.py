@@ -17,6 +17,7 @@ Calendar windows only (``days="calendar"``, either ``missing``); symbol-day wind
 from __future__ import annotations
 
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -388,15 +389,31 @@ def page_dropper(store: Any) -> Callable[[int, int], None] | None:
 
 
 class BlockSource:
-    """What a dataset of calendar windows offers the block order (``feed/block_feed.py``), over the block index it
-    keeps, or over the segment counts of its full index. Mixed into KlineDataset, which provides ``store``,
-    ``plan``, ``_index()``, ``_cpu`` and ``_cpu_gatherer()``."""
+    """What a dataset of calendar windows offers the block order (``feed/block_feed.py``) and the ranks' agreement
+    (``feed/agreement.py``), over the block index it keeps, or over the segment counts of its full index. Mixed into
+    KlineDataset, which provides ``store``, ``plan``, ``_valid``, ``_index()``, ``_build_index()``, ``_cpu`` and
+    ``_cpu_gatherer()``."""
 
     store: Any
     plan: SamplePlan
     _cpu: Any
+    _valid: Any
     _index: Any            # methods of the dataset
     _cpu_gatherer: Any
+    _build_index: Any
+
+    def sample_digest(self) -> str:
+        """The number of samples and a checksum of the block counts they come from (the same on ranks whose
+        datasets hold the same samples): what the ranks of a loader compare before the first step."""
+        v = self._index()
+        counts = zlib.crc32(v.counts.tobytes()) if isinstance(v, BlockIndex) else 0
+        return f"{len(v):,} samples (counts {counts:08x})"
+
+    def recount(self) -> None:
+        """Count the block index again from the store, not trusting the cache (the ranks disagreed)."""
+        if isinstance(self._valid, BlockIndex):
+            self._build_index(fresh=True)
+            self._cpu = None   # its mapping is advised by the new index
 
     @property
     def block_order_ok(self) -> bool:

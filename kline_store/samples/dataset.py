@@ -24,7 +24,6 @@ pickle as (path, version, spec, stats) and reopen the store lazily in each proce
 from __future__ import annotations
 
 import os
-import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -32,7 +31,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from . import windows as W
+from . import coverage, windows as W
 from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
@@ -119,8 +118,10 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             self._store = open_store(self.path, version=version)
         self.version: int = self._store.version
         self.index_mode: str = index
+        self.spec = coverage.with_default_fields(self.spec, self.store, self._rows())   # bar stores: every symbol's
         self._reset()
         self._build_index()
+        coverage.note_unwindowed(self.store, self.plan, self._index(), self._rows())
         self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
         self._agreed = False
         self._agree()
@@ -139,6 +140,10 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         if version is not None:
             self._agreed = True
             self.use_version(version)
+
+    def _rows(self) -> np.ndarray:
+        """Store rows of this dataset's symbols (all when no ``symbols=``)."""
+        return self._symbol_rows() if self.spec.symbols is not None else np.arange(self.store.n_symbols)
 
     def _reset(self) -> None:
         """Derive the plan from the spec (cheap; repeated in each process after unpickling)."""
@@ -240,19 +245,6 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         self._store = store
         self._reset()
         self._build_index()
-
-    def sample_digest(self) -> str:
-        """The number of samples and a checksum of the block counts they come from (the same on ranks whose
-        datasets hold the same samples): what the ranks of a loader compare before the first step."""
-        v = self._index()
-        counts = zlib.crc32(v.counts.tobytes()) if isinstance(v, BlockIndex) else 0
-        return f"{len(v):,} samples (counts {counts:08x})"
-
-    def recount(self) -> None:
-        """Count the block index again from the store, not trusting the cache (the ranks disagreed)."""
-        if isinstance(self._valid, BlockIndex):
-            self._build_index(fresh=True)
-            self._cpu = None   # its mapping is advised by the new index
 
     def _index(self) -> np.ndarray:
         if self._valid is None:
