@@ -31,7 +31,7 @@ from .timing import shut_down, time_batches
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
 VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "later_epoch", "first_epoch", "block_order", "workers_0",
             "workers_2", "recipe_kwargs", "processes_2", "dataloader", "dataloader_2", "dataloader_recipe", "getitem",
-            "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem")
+            "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem", "memory")
 CLASSIC = ("classic_dl4", "classic_dl0", "file_read", "memmap_prefetch")
 PER_SAMPLE = ("getitem", "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader",
               "qlib_getitem")
@@ -57,6 +57,7 @@ LABELS = {
     "qlib_dataloader": "Qlib TSDataSampler, DataLoader(batch_size=B, shuffle=True)",
     "qlib_getitem": "Qlib TSDataSampler[i], one sample at a time",
     "memcpy": "memcpy, 1 thread (bandwidth / sample bytes)",
+    "memory": "a default loader's memory in a fresh process, first epoch, against index + two orders + buffers",
 }
 BLOCK_BYTES = 64 << 10   # the block_order row's blocks
 QLIB_SYMBOLS = 200   # Qlib's sampler copies the bars into pandas first: a subset keeps its set-up bounded

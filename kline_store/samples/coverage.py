@@ -124,7 +124,8 @@ def note_unwindowed(store: Any, plan: SamplePlan, index: Any, rows: np.ndarray) 
     if isinstance(index, BlockIndex):
         windowed = index.counts[rows].sum(axis=1) > 0
     else:
-        edges = np.searchsorted(index, np.stack([rows, rows + 1]) * store.n_dates)
+        # in the index's own dtype: int64 needles would make searchsorted copy an int32 index to int64
+        edges = np.searchsorted(index, (np.stack([rows, rows + 1]) * store.n_dates).astype(index.dtype))
         windowed = edges[1] > edges[0]
     names = dict.fromkeys([*plan.names, *(store.fields[i] for i in (plan.close, plan.label_field) if i is not None)])
     fields_without_windows(store, plan, list(names), rows, windowed)

@@ -38,8 +38,9 @@ from ..feed.collate import GatheredBatch
 from .ranges import DateLike
 from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, sample_layout
+from .pages import read_rows, release_rows
 from ..feed.loader import KlineLoader, agreed_version
-from ..feed.placement import readahead
+from ..feed.placement import host_available_bytes, readahead
 from ..feed.shm import WorkerRing
 from ..features.plan import field_roles
 from .spec import Adjust, FieldRoles, Normalize, SamplePlan, SampleSpec, resolve
@@ -166,6 +167,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             if len(self._valid) == 0:
                 raise InputError(self._explain_empty())
             return
+        read_rows(st, host_available_bytes() // 2)   # the stored days, not the rows' reserved room
         self._valid, self._bars = W.valid_index(self.store.panel, self.plan)
         if self.spec.symbols is not None:
             rows = self._symbol_rows()
@@ -173,6 +175,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             self._valid = self._valid[keep]
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
+        release_rows(st)   # gathers read the private mapping: the store's own would hold the panel a second time
 
     def _symbol_rows(self) -> np.ndarray:
         """Store rows of ``symbols=``; one line naming the first unknown one."""
