@@ -123,10 +123,12 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
                     loader=describe_config(ds.loader(batch_size=batch_size)))
     memory = "memory" in variants   # not a rate: measured in its own process, printed under the table
     variants = [v for v in variants if v != "memory"]
+    if memory:   # first: before the rows' own mappings and threads share the machine with it
+        settings["memory"] = footprint.measure(path, window, batch_size, fields=list(ds.fields)).as_dict()
     found: dict[str, list[tuple[float, int, str]]] = {}
     skipped: dict[str, str] = {}
     fast = [v for v in variants if v not in PER_SAMPLE]
-    bar = Progress(rounds * len(fast) + len(variants) - len(fast) + memory, "bench", unit="runs")
+    bar = Progress(rounds * len(fast) + len(variants) - len(fast), "bench", unit="runs")
     for r in range(rounds):
         for name in fast:
             found.setdefault(name, []).append(measure(name, run))
@@ -141,9 +143,6 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
         bar.step(note=name)
         if progress is not None:
             progress(_row(name, found[name], samples))
-    if memory:
-        settings["memory"] = footprint.measure(path, window, batch_size, fields=list(ds.fields)).as_dict()
-        bar.step(note="memory")
     bar.close()
     sample_bytes = window * len(ds.fields) * 4
     found["memcpy"] = [(memcpy_bandwidth() / sample_bytes, 0, "")]

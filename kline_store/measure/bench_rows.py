@@ -123,7 +123,8 @@ def ceiling(ds: KlineDataset, start: torch.Tensor, batch_size: int) -> tuple[flo
     """The fastest bare gather of the windows ``start`` from a resident mapping, and how it was made."""
     st = ds.store
     flat = st.map_private()
-    th = readahead(flat, available=1 << 62)
+    used = st.n_dates * st.n_fields * 4   # each row's stored days: not the room it reserves (zeros, as much again)
+    th = readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * st.row_stride * 4, used, available=1 << 62)
     if th is not None:
         th.join()
     view = window_view(torch.from_numpy(flat), st.n_fields, ds.window, 0, st.n_fields)
