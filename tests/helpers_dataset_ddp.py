@@ -7,19 +7,25 @@ would; "tail": a restarted job loads that state and runs the rest of the epoch; 
 rank 0 appends to the store after it opened it and before rank 1 opens it (the ranks then agree on one version).
 "bhead" and "btail": the same in the block order, for windows (blocks sized from each rank's memory) and for
 cross-sections (blocks of DAYS dates), and "btail" runs epoch 1 after the rest of epoch 0.
+"counts": each rank reads its own block-count cache (the test poisons one); "differ": rank 1's dataset ends a day
+earlier than rank 0's (the ranks must stop, both, in one line).
 Files are keyed by global rank.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from kline_store import append, open_store
+from kline_store.errors import KlineStoreError
+from kline_store.samples import blocks as blocks_module
 from kline_store.feed.block_feed import agreed_blocks
 from kline_store.samples import day_blocks
 from kline_store.samples.cross_section import CrossSectionDataset
@@ -67,10 +73,40 @@ def blocks(out_dir: Path, store: str, end: str, phase: str, steps: int, rank: in
     (out_dir / f"{phase}-{rank}.json").write_text(json.dumps(record))
 
 
+def counts(out_dir: Path, store: str, end: str, phase: str, rank: int) -> None:
+    """Each rank with its own block-count cache (OUT_DIR/cache-RANK, which the test may have poisoned in a way the
+    load-time check does not sample); "differ": rank 1 ends its dataset a day earlier. Records the steps run, or the
+    error every rank stops with."""
+    os.environ["KLINE_STORE_CACHE"] = str(out_dir / f"cache-{rank}")
+    blocks_module.SAMPLE_SEGMENTS = 0            # the poison escapes the check when loaded: the ranks must find it
+    if phase == "differ" and rank == 1:
+        end = str(np.datetime64(end) - 1)
+    record: dict = {"rank": rank}
+    try:
+        ds = KlineDataset(store, window=10, horizon=2, end=end, index="blocks")
+        record["loaded"] = len(ds)
+        ld = ds.loader(batch_size=32, seed=3, order="uniform")
+        steps, seen = 0, []
+        for batch in ld:
+            n = torch.tensor([len(batch["y"])])
+            dist.all_reduce(n)   # uneven step counts would hang here
+            steps += 1
+            seen += [[int(s), int(t)] for s, t in zip(batch["symbol"], batch["t"])]
+        record.update(steps=steps, n=len(ds), seen=seen)
+    except KlineStoreError as exc:
+        record["error"] = f"{type(exc).__name__}: {exc}"
+    (out_dir / f"{phase}-{rank}.json").write_text(json.dumps(record))
+
+
 def main(store: str, out: str, end: str, phase: str, steps: str = "0") -> None:
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     out_dir = Path(out)
+    if phase in ("counts", "differ"):
+        counts(out_dir, store, end, phase, rank)
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     if phase in ("bhead", "btail"):
         blocks(out_dir, store, end, phase, int(steps), rank)
         dist.barrier()

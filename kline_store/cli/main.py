@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import warnings
 
 import click
 
@@ -253,8 +254,21 @@ def _os_limit(exc: OSError) -> str:
     return f"{exc.strerror or exc}{where}"
 
 
+def _one_line_warnings() -> None:
+    """The library's notes (warnings whose text starts "kline-store: ") on one line, as the CLI prints everything
+    else; Python's format would add the file, line and source of the call."""
+    default = warnings.formatwarning
+
+    def fmt(message, category, filename, lineno, line=None):  # type: ignore[no-untyped-def]
+        text = str(message)
+        return text + "\n" if text.startswith("kline-store: ") else default(message, category, filename, lineno, line)
+
+    warnings.formatwarning = fmt
+
+
 def main() -> None:
     """Entry point: run the CLI; turn errors into one line and a non-zero exit."""
+    _one_line_warnings()
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -111,6 +111,25 @@ class HostRing:
         self._free.put((k, event))
 
 
+_malloc_trim: Any = False   # glibc's malloc_trim, looked up once (None elsewhere)
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system (glibc ``malloc_trim``): the temporaries of a pass's gathers
+    (index arithmetic, label reads) are freed into each gather thread's arena, which glibc keeps for reuse; without
+    this a loader's process holds them after every pass, beyond its buffers. A no-op where there is no glibc."""
+    global _malloc_trim
+    if _malloc_trim is False:
+        try:
+            import ctypes
+            _malloc_trim = ctypes.CDLL(None).malloc_trim
+            _malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):
+            _malloc_trim = None
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
 def pinned_alloc(layout: Layout, capacity: int) -> Callable[[], dict[str, torch.Tensor]]:
     """A function that allocates one pinned buffer set for ``capacity`` samples of ``layout``."""
     def alloc() -> dict[str, torch.Tensor]:

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .batches import map_tensors, slices
-from .buffers import HostRing, Layout, Recycler, numpy_dtype, pinned_alloc
+from .buffers import HostRing, Layout, Recycler, numpy_dtype, pinned_alloc, trim_heap
 from .chunks import Chunk
 from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
 from .workers import ChunkFetch, ProcessPool
@@ -158,6 +158,7 @@ class HostStage:
             finally:   # also when the pass is abandoned (a `break`): the next pass reuses the ring
                 if ring is not None:
                     self._passes -= 1
+                trim_heap()
             return
         with KeepTorchThreads():  # the constructor returns once every thread has lowered its own count
             pf: OrderedPrefetcher[Any, Any] = OrderedPrefetcher(items(chunks), work, n_threads=n_threads,
@@ -175,6 +176,7 @@ class HostStage:
             pf.join()
             if ring is not None:
                 self._passes -= 1
+            trim_heap()   # the gather threads' temporaries, freed into their arenas
 
     def processes(self, chunks: list[Chunk], n_workers: int) -> Iterator[HostOut]:
         """Gather ``chunks`` in ``n_workers`` worker processes (started on first use, kept while persistent)."""

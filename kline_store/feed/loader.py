@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from .agreement import agree_samples
 from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
 from .buffers import Layout
@@ -32,6 +33,7 @@ from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
 from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
 from .sampling import EpochBatches, Tail, padded
+from .states import check_state
 
 Batch = dict[str, torch.Tensor]
 
@@ -155,6 +157,7 @@ class KlineLoader:
             raise InputError("loader(in_order=False): batches would arrive in worker timing order; the loader's "
                              "order must depend only on (seed, epoch, rank, world_size)")
         rank, world_size = dist_rank_world(rank, world_size)
+        agree_samples(source, rank, world_size)   # before the order is made from its length
         self.source = source
         self.batch_size = int(batch_size)
         self.batch_sampler: EpochBatches | BlockBatches
@@ -361,12 +364,12 @@ class KlineLoader:
         """Continue from a saved state: the next iteration yields exactly the remaining batches of that epoch.
         A state taken on another store version is refused in one line (its order indexes other samples). In the
         block order, blocks sized from the available memory (no ``block_bytes=``) take the saved run's size."""
+        state = check_state(state)
         version = getattr(self.source, "version", None)
-        if isinstance(state, dict) and state.get("version") is not None and version is not None \
-                and state["version"] != version:
+        if state.get("version") is not None and version is not None and state["version"] != version:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
-        size = state.get("block_bytes") if isinstance(state, dict) and state.get("order") == "blocks" else None
+        size = state.get("block_bytes") if state.get("order") == "blocks" else None
         if self.order == "blocks" and size and self._sampler_args[-1] is None \
                 and size != getattr(self.batch_sampler, "block_bytes", size):
             self._resample(int(size))

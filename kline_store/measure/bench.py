@@ -36,7 +36,7 @@ from ..progress import Progress
 from ..samples.dataset import KlineDataset
 from ..store import open_store
 from . import classic as CL
-from . import synthetic
+from . import footprint, synthetic
 from .bench_report import BenchResult, BenchRow, format_table, plot
 from .bench_rows import CLASSIC, LABELS, PER_SAMPLE, VARIANTS, Run, ceiling, measure, memcpy_bandwidth
 
@@ -121,6 +121,10 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
                torch.from_numpy(s * st.date_capacity + t - (window - 1)), layout)
     settings.update(fields=ds.fields, windows_in_store=len(ds), store_shape=[st.n_symbols, st.n_dates, st.n_fields],
                     loader=describe_config(ds.loader(batch_size=batch_size)))
+    memory = "memory" in variants   # not a rate: measured in its own process, printed under the table
+    variants = [v for v in variants if v != "memory"]
+    if memory:   # first: before the rows' own mappings and threads share the machine with it
+        settings["memory"] = footprint.measure(path, window, batch_size, fields=list(ds.fields)).as_dict()
     found: dict[str, list[tuple[float, int, str]]] = {}
     skipped: dict[str, str] = {}
     fast = [v for v in variants if v not in PER_SAMPLE]

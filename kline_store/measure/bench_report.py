@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import InputError
 from .bench_rows import CLASSIC
+from .footprint import Footprint, describe
 
 @dataclasses.dataclass
 class BenchRow:
@@ -86,6 +87,8 @@ def format_table(result: BenchResult) -> str:
               f"kline-store loader defaults here: {s['loader']}",
               f"* timed on fewer windows ({s['classic_samples']:,} per-sample, or half for slow loaders) and "
               f"extrapolated to {m:,}"]
+    if s.get("memory"):
+        lines += [""] + describe(Footprint.from_dict(s["memory"]))
     return "\n".join(lines)
 
 

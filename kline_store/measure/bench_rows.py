@@ -31,7 +31,7 @@ from .timing import shut_down, time_batches
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
 VARIANTS = ("ceiling", "ceiling_first_touch", "kline_store", "later_epoch", "first_epoch", "block_order", "workers_0",
             "workers_2", "recipe_kwargs", "processes_2", "dataloader", "dataloader_2", "dataloader_recipe", "getitem",
-            "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem")
+            "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader", "qlib_getitem", "memory")
 CLASSIC = ("classic_dl4", "classic_dl0", "file_read", "memmap_prefetch")
 PER_SAMPLE = ("getitem", "classic_dl4", "classic_dl0", "file_read", "memmap_prefetch", "qlib_dataloader",
               "qlib_getitem")
@@ -57,6 +57,7 @@ LABELS = {
     "qlib_dataloader": "Qlib TSDataSampler, DataLoader(batch_size=B, shuffle=True)",
     "qlib_getitem": "Qlib TSDataSampler[i], one sample at a time",
     "memcpy": "memcpy, 1 thread (bandwidth / sample bytes)",
+    "memory": "a default loader's memory in a fresh process, first epoch, against index + two orders + buffers",
 }
 BLOCK_BYTES = 64 << 10   # the block_order row's blocks
 QLIB_SYMBOLS = 200   # Qlib's sampler copies the bars into pandas first: a subset keeps its set-up bounded
@@ -122,7 +123,8 @@ def ceiling(ds: KlineDataset, start: torch.Tensor, batch_size: int) -> tuple[flo
     """The fastest bare gather of the windows ``start`` from a resident mapping, and how it was made."""
     st = ds.store
     flat = st.map_private()
-    th = readahead(flat, available=1 << 62)
+    used = st.n_dates * st.n_fields * 4   # each row's stored days: not the room it reserves (zeros, as much again)
+    th = readahead(flat, np.arange(st.n_symbols, dtype=np.int64) * st.row_stride * 4, used, available=1 << 62)
     if th is not None:
         th.join()
     view = window_view(torch.from_numpy(flat), st.n_fields, ds.window, 0, st.n_fields)

@@ -18,20 +18,19 @@ days computed from them, so both orders keep seeing one multiset of samples.
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import json
-import os
 import threading
+import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
 from . import windows as W
-from ..errors import InputError
+from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
+from .count_cache import (cache_file, cache_key, cached, forget, ignore, overlap, read_arrays, sample_rng,
+                          save_arrays, window_days)
 from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
@@ -40,6 +39,7 @@ from ..store.universes import Universe
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
 FULL_INDEX_FRACTION = 0.5     # the full index (and its build) may take this share of the available memory
 CACHE_SEGMENTS = 1 << 16      # computed segments kept at most (their live blocks release them first)
+SAMPLE_SEGMENTS = 128         # segments of cached counts counted again when they are loaded (about 8 MiB read)
 
 
 def window_bounds(plan: SamplePlan, n_dates: int) -> tuple[int, int]:
@@ -109,6 +109,7 @@ class BlockIndex:
         self._n_fields = 0
         self._lock = threading.Lock()
         self.compute_days = True    # False beside a full index: prefetch only reads pages
+        self.origin: Path | None = None   # the cache file the counts came from (removed if found wrong in use)
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -255,7 +256,8 @@ class BlockIndex:
             ts = self._cache[g]
         return ts
 
-    def _compute(self, s: int, k0: int, k1: int) -> None:
+    def _valid_days(self, s: int, k0: int, k1: int) -> dict[int, np.ndarray]:
+        """Window end days of the valid windows of row s's segments ``[k0, k1)``, counted from the panel."""
         if self._source is None:
             raise RuntimeError("BlockIndex has no panel attached")
         panel, plan, member = self._source
@@ -265,14 +267,53 @@ class BlockIndex:
         valid = W.calendar_valid(panel[s: s + 1], plan, max(a, plan.lo), hi)[0]
         if member is not None:
             valid[a:b] &= member.mask(slice(s, s + 1), a, b)[0]
+        out = {}
+        for k in range(k0, k1):
+            lo = self.t_lo + k * self.seg_bars
+            out[k] = (lo + np.flatnonzero(valid[lo: min(lo + self.seg_bars, self.t_hi + 1)])).astype(np.int32)
+        return out
+
+    def _compute(self, s: int, k0: int, k1: int) -> None:
+        days = self._valid_days(s, k0, k1)
+        for k, ts in days.items():
+            if len(ts) != self.counts[s, k]:   # counts from a cache that escaped its check: never a wrong window
+                forget(self.origin)
+                raise StoreError(f"{self.origin or 'block counts'}: symbol row {s}, segment {k}: {self.counts[s, k]} "
+                                 f"windows counted before, {len(ts)} in the store now; the cached counts were "
+                                 f"removed: create the dataset again to count them")
         base = s * self.n_segments
         with self._lock:
-            for k in range(k0, k1):
-                lo = self.t_lo + k * self.seg_bars
-                ts = lo + np.flatnonzero(valid[lo: min(lo + self.seg_bars, self.t_hi + 1)])
-                self._cache[base + k] = ts.astype(np.int32)
+            for k, ts in days.items():
+                self._cache[base + k] = ts
             while len(self._cache) > CACHE_SEGMENTS:
                 self._cache.pop(next(iter(self._cache)))
+
+    def check(self, store: Any, sample: int | None = None) -> str | None:
+        """What is wrong with counts loaded from a cache, against the attached store: a segment with more windows
+        than its rows' bars allow (``first_bar``/``last_bar``), more windows than the store has bars, or a sample of
+        ``sample`` segments that may hold windows (default ``SAMPLE_SEGMENTS``) counted again and found different. None
+        when they hold."""
+        plan = self._source[1]
+        k = np.arange(self.n_segments, dtype=np.int64)
+        a = self.t_lo + k * self.seg_bars
+        most = overlap(*window_days(store, plan), a, np.minimum(a + self.seg_bars, self.t_hi + 1))
+        bad = np.argwhere((self.counts > most) | (self.counts < 0))
+        if len(bad):
+            s, j = (int(v) for v in bad[0])
+            return (f"symbol {store.symbols[s]!r}, segment {j}: {self.counts[s, j]} windows where its bars allow "
+                    f"{most[s, j]}")
+        total = len(self)
+        bars = int(store.manifest.get("n_bars", total))
+        if total > bars:
+            return f"{total:,} windows, more than the store's {bars:,} bars"
+        maybe = np.flatnonzero(most.reshape(-1))
+        sample = SAMPLE_SEGMENTS if sample is None else sample
+        for g in np.sort(sample_rng().choice(maybe, min(sample, len(maybe)), replace=False)):
+            s, j = divmod(int(g), self.n_segments)
+            n = len(self._valid_days(s, j, j + 1)[j])
+            if n != self.counts[s, j]:
+                return f"symbol {store.symbols[s]!r}, segment {j}: {self.counts[s, j]} windows cached, {n} counted"
+        return None
 
     # -- residency ------------------------------------------------------------------------
     def _bytes(self, s: int, k0: int, k1: int, halo: bool) -> tuple[int, int]:
@@ -310,60 +351,44 @@ def attach_store(index: BlockIndex, store: Any, plan: SamplePlan, member: Univer
     index.pages.set_shared(mapping_base(store.panel))
 
 
-def cache_dir() -> Path:
-    """Where segment counts are kept between processes: ``$KLINE_STORE_CACHE`` or ``~/.cache/kline-store``."""
-    return Path(os.environ.get("KLINE_STORE_CACHE") or Path.home() / ".cache" / "kline-store") / "blocks"
+def build_blocks(store: Any, plan: SamplePlan, member: Universe | None = None, fresh: bool = False) -> BlockIndex:
+    """The block index of a store: segment counts from the per-user cache (checked against the store: see
+    :meth:`BlockIndex.check`), else counted (one pass over the store; the process that counts holds a lock, so the
+    ranks of a node started together count once and the others load its result). Counting drops each group of rows
+    from the page cache behind it when the store is bigger than half the available memory (a pass over it must not
+    evict everything else). ``member``: windows on its member days only (the universe's spans enter the cache key).
+    ``fresh``: count without loading (and replace the cached counts)."""
+    path = cache_file(cache_key(store, plan, SEG_BYTES, *universe_key(member)))
+    n_fields = store.n_fields
+    seg_bars = max(1, SEG_BYTES // (4 * n_fields))
+    t_lo, t_hi = window_bounds(plan, store.n_dates)
+    span = max(0, t_hi - t_lo + 1)
+    shape = (store.n_symbols, -(-span // seg_bars) if span else 0)
 
+    def load(p: Path) -> BlockIndex | None:
+        z, problem = read_arrays(p, {"counts": (np.int32, shape), "bounds": (np.int64, (4,))})
+        if z is not None and z["bounds"].tolist() != [t_lo, t_hi, seg_bars, store.n_dates]:
+            problem = f"bounds {z['bounds'].tolist()}, expected {[t_lo, t_hi, seg_bars, store.n_dates]}"
+        if problem is None and z is not None:
+            idx = BlockIndex(z["counts"], t_lo, t_hi, seg_bars, store.n_dates)
+            attach_store(idx, store, plan, member)
+            problem = idx.check(store)
+            if problem is None:
+                idx.origin = p
+                return idx
+        if problem is not None:
+            ignore(p, problem)
+        return None
 
-def cache_key(store: Any, plan: SamplePlan, *extra: Any) -> str:
-    """The cache file name of counts over ``store`` (path, version, checksums) for ``plan`` and ``extra``."""
-    m = store.manifest
-    ident = [str(Path(store.path).resolve()), store.version, m.get("manifest_checksum"), m["data"].get("file"),
-             m["data"].get("checksum"), repr(plan), SEG_BYTES, *extra]
-    return hashlib.sha256(json.dumps(ident, default=str).encode()).hexdigest()[:32]
-
-
-T = TypeVar("T")
-
-
-def cached(path: Path, load: Callable[[Path], T | None], build: Callable[[], T],
-           save: Callable[[Path, T], None]) -> T:
-    """``load(path)``, else ``build()`` and ``save`` it, holding a lock beside ``path`` while building: the ranks
-    of a node started together build once and the others load its result. No cache is no error."""
-    got = load(path)
-    if got is not None:
-        return got
-    lock = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = os.open(path.with_suffix(".lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        got = load(path)
-    except OSError:
-        pass
-    try:
-        if got is None:
-            got = build()
-            save(path, got)
-    finally:
-        if lock is not None:
-            os.close(lock)
-    return got
-
-
-def build_blocks(store: Any, plan: SamplePlan, member: Universe | None = None) -> BlockIndex:
-    """The block index of a store: segment counts from the per-user cache, else counted (one pass over the store;
-    the process that counts holds a lock, so the ranks of a node started together count once and the others load
-    its result). Counting drops each group of rows from the page cache behind it when the store is bigger than
-    half the available memory (a pass over it must not evict everything else). ``member``: windows on its member
-    days only (the universe's spans enter the cache key)."""
     def count() -> BlockIndex:
         return BlockIndex.build(store.panel, plan, drop_pages=page_dropper(store), member=member)
 
-    idx = cached(cache_dir() / f"{cache_key(store, plan, *universe_key(member))}.npz", _load, count,
-                 lambda path, i: save_arrays(path, counts=i.counts, t_lo=i.t_lo, t_hi=i.t_hi, seg_bars=i.seg_bars,
-                                             n_dates=i.n_dates))
-    attach_store(idx, store, plan, member)
+    def save(p: Path, i: BlockIndex) -> None:
+        save_arrays(p, counts=i.counts, bounds=np.array([i.t_lo, i.t_hi, i.seg_bars, i.n_dates], np.int64))
+
+    idx = cached(path, load, count, save, fresh)
+    if idx._source is None:
+        attach_store(idx, store, plan, member)
     return idx
 
 
@@ -380,39 +405,33 @@ def page_dropper(store: Any) -> Callable[[int, int], None] | None:
     return None
 
 
-def _load(path: Path) -> BlockIndex | None:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            return BlockIndex(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_bars"]), int(z["n_dates"]))
-    except (OSError, KeyError, ValueError):
-        return None
-
-
-def save_arrays(path: Path, **arrays: Any) -> None:
-    """An ``.npz`` written atomically (a temporary file renamed over); a cache that cannot be written is no error."""
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-
-
 class BlockSource:
-    """What a dataset of calendar windows offers the block order (``feed/block_feed.py``), over the block index it
-    keeps, or over the segment counts of its full index. Mixed into KlineDataset, which provides ``store``,
-    ``plan``, ``member``, ``_index()``, ``_cpu`` and ``_cpu_gatherer()``."""
+    """What a dataset of calendar windows offers the block order (``feed/block_feed.py``) and the ranks' agreement
+    (``feed/agreement.py``), over the block index it keeps, or over the segment counts of its full index. Mixed into
+    KlineDataset, which provides ``store``, ``plan``, ``member``, ``_valid``, ``_index()``, ``_build_index()``,
+    ``_cpu`` and ``_cpu_gatherer()``."""
 
     store: Any
     plan: SamplePlan
     member: Universe | None   # the dataset's universe: windows on member days only
     _cpu: Any
+    _valid: Any
     _index: Any            # methods of the dataset
     _cpu_gatherer: Any
+    _build_index: Any
+
+    def sample_digest(self) -> str:
+        """The number of samples and a checksum of the block counts they come from (the same on ranks whose
+        datasets hold the same samples): what the ranks of a loader compare before the first step."""
+        v = self._index()
+        counts = zlib.crc32(v.counts.tobytes()) if isinstance(v, BlockIndex) else 0
+        return f"{len(v):,} samples (counts {counts:08x})"
+
+    def recount(self) -> None:
+        """Count the block index again from the store, not trusting the cache (the ranks disagreed)."""
+        if isinstance(self._valid, BlockIndex):
+            self._build_index(fresh=True)
+            self._cpu = None   # its mapping is advised by the new index
 
     @property
     def block_order_ok(self) -> bool:
@@ -461,6 +480,6 @@ class BlockSource:
         self._blocks().release(row, k0, k1)
 
 
-__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SEG_BYTES", "BlockIndex", "BlockSource", "attach_store",
-           "build_blocks", "cache_dir", "cache_key", "cached", "choose_index", "full_index_bytes", "page_dropper",
-           "save_arrays", "universe_key", "window_bounds"]
+__all__ = ["CACHE_SEGMENTS", "FULL_INDEX_FRACTION", "SAMPLE_SEGMENTS", "SEG_BYTES", "BlockIndex", "BlockSource",
+           "attach_store", "build_blocks", "choose_index", "full_index_bytes", "page_dropper", "universe_key",
+           "window_bounds"]

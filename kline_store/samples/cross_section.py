@@ -9,6 +9,7 @@ call over all its windows.
 from __future__ import annotations
 
 import os
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,18 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
         else:
             self._make_table()
 
+    def sample_digest(self) -> str:
+        """The number of item days and a checksum of the day counts (see ``KlineDataset.sample_digest``)."""
+        counts = zlib.crc32(self._xs.counts.tobytes()) if self._xs is not None else 0
+        return f"{len(self):,} days (counts {counts:08x}); windows: {self.windows.sample_digest()}"
+
+    def recount(self) -> None:
+        """Count again from the store, not trusting the cache (the ranks disagreed)."""
+        self.windows.recount()
+        if self._xs is not None:
+            w = self.windows
+            self._xs = build_day_blocks(w.store, w.plan, self._rows(), self.min_count, w.member, fresh=True)
+
     def _rows(self) -> np.ndarray | None:
         """Symbol rows with windows, ascending (None: every row)."""
         return None if self.windows.spec.symbols is None else np.unique(self.windows._symbol_rows())
@@ -128,6 +141,11 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
     @property
     def store(self) -> Store:
         return self.windows.store
+
+    @property
+    def version(self) -> int:
+        """The store version read (a loader's state records it and is refused on another)."""
+        return self.windows.version
 
     @property
     def window(self) -> int:

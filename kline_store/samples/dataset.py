@@ -31,15 +31,16 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from . import windows as W
+from . import coverage, windows as W
 from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
 from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
 from ..errors import InputError, KlineStoreError, StoreError
-from .gather import Batch, Gatherer, sample_layout
+from .gather import Batch, Gatherer, resident_gather, sample_layout
+from .pages import read_rows, release_rows
 from ..feed.loader import KlineLoader, agreed_version
-from ..feed.placement import readahead
+from ..feed.placement import host_available_bytes, readahead
 from ..feed.shm import WorkerRing
 from ..features.plan import field_roles
 from .spec import Adjust, FieldRoles, Normalize, SamplePlan, SampleSpec, resolve
@@ -123,8 +124,10 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             self._store = open_store(self.path, version=version)
         self.version: int = self._store.version
         self.index_mode: str = index
+        self.spec = coverage.with_default_fields(self.spec, self.store, self._rows())   # bar stores: every symbol's
         self._reset()
         self._build_index()
+        coverage.note_unwindowed(self.store, self.plan, self._index(), self._rows())
         self.stats: dict[str, Any] | None = self._check_stats(stats) if stats is not None else None
         self._agreed = False
         self._agree()
@@ -144,6 +147,10 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             self._agreed = True
             self.use_version(version)
 
+    def _rows(self) -> np.ndarray:
+        """Store rows of this dataset's symbols (all when no ``symbols=``)."""
+        return self._symbol_rows() if self.spec.symbols is not None else np.arange(self.store.n_symbols)
+
     def _reset(self) -> None:
         """Derive the plan from the spec (cheap; repeated in each process after unpickling)."""
         st = self.store
@@ -155,20 +162,22 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         self._ring: WorkerRing | None = None
         self._ring_made = False
 
-    def _build_index(self) -> None:
+    def _build_index(self, fresh: bool = False) -> None:
         st = self.store
         mode = choose_index(self.index_mode, st.n_symbols, st.n_dates, self.plan, str(st.path))
         if mode == "blocks":
-            idx = build_blocks(st, self.plan, self.member)
+            idx = build_blocks(st, self.plan, self.member, fresh)
             if self.spec.symbols is not None:   # the symbols left out have no window
                 idx.keep_rows(self._symbol_rows())
             self._valid, self._bars = idx, None   # type: ignore[assignment]
             if len(self._valid) == 0:
                 raise InputError(self._explain_empty())
             return
+        read_rows(st, host_available_bytes() // 2)   # the stored days, not the rows' reserved room
         self._valid, self._bars = self._full_valid()
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
+        release_rows(st)   # gathers read the private mapping: the store's own would hold the panel a second time
 
     def _full_valid(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The full valid-window index (and bar table) of ``symbols=`` and ``universe=``."""
@@ -455,31 +464,8 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         With ``device="cpu"`` and ``pin=True`` the copy is in pinned host memory.
         """
         dev = torch.device(device)
-        st = self.store
-        d0, d1 = self.day_span()
-        keep, plan = self.plan.compact()
-        # Only the days and fields samples use, laid out so that x's fields are contiguous.
-        host = torch.from_numpy(np.ascontiguousarray(st.panel[:, d0:d1][:, :, keep]))
-        if pin:
-            host = host.pin_memory()
-        panel_t = host.reshape(-1).to(dev)
-        bars = torch.from_numpy(self._bars.astype(np.int64)).to(dev) if self._bars is not None else None
-        g = Gatherer(plan, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars, self._stats_t(dev))
-        valid_np = self.full_index()
-        valid = torch.from_numpy(valid_np).to(dev)
-        nd = st.n_dates
-
-        def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
-            if dev.type == "cpu" and isinstance(indices, np.ndarray):
-                # Host copies (pinned or RAM) take the memmap's numpy index arithmetic: torch's per-op dispatch
-                # holds the GIL, which many gather threads then queue for.
-                flat_np = valid_np[indices].astype(np.int64)
-                return g.gather(flat_np // nd, flat_np % nd, out)
-            idx = torch.as_tensor(indices, dtype=torch.int64).to(dev, non_blocking=True)
-            flat = valid[idx].long()
-            return g.gather(flat // nd, flat % nd, out)
-
-        return gather
+        return resident_gather(self.store.panel, self.plan, self.day_span(), self.full_index(), self._bars,
+                               self._stats_t(dev), dev, pin)
 
     # -- loaders ---------------------------------------------------------------------------
     def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,

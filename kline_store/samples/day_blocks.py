@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from . import windows as W
-from ..errors import InputError
+from ..errors import InputError, StoreError
 from ..feed.block_feed import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
-from .blocks import (FULL_INDEX_FRACTION, cache_dir, cache_key, cached, page_dropper, save_arrays, universe_key,
-                     window_bounds)
+from .blocks import FULL_INDEX_FRACTION, page_dropper, universe_key, window_bounds
+from .count_cache import (cache_file, cache_key, cached, forget, ignore, read_arrays, sample_rng, save_arrays,
+                          window_days)
 from .pages import Mappings, mapping_base
 from .spec import SamplePlan
 from ..store.universes import Universe
@@ -36,7 +38,9 @@ SEG_ROW_BYTES = 4 << 10       # days per segment: about this many bytes of each 
 CACHE_BYTES = 256 << 20       # computed segments kept at most (live blocks release theirs first; a worker process
                               # that gathers without them keeps this much): 1/192 of the bars they cover, 6 fields
 MIN_POOL = 64                 # default pool: max(MIN_POOL, 8 x batch size) blocks (a block holds every symbol)
-_SCAN_BYTES = 64 << 20        # bars read at a time when every segment is computed (``all_days``)
+_SCAN_BYTES = 64 << 20        # bars read at a time when every segment is computed (``all_days``), and at most by
+                              # the check of cached counts
+SAMPLE_SEGMENTS = 16          # segments of cached counts counted again when they are loaded (at most)
 
 
 def seg_days_for(n_fields: int) -> int:
@@ -98,6 +102,7 @@ class DayBlocks:
         self._row_stride = self._n_fields = self._n_rows = 0
         self._lock = threading.Lock()
         self.compute_days = True    # False beside a by-day table: prefetch only reads pages
+        self.origin: Path | None = None   # the cache file the counts came from (removed if found wrong in use)
 
     # -- building ------------------------------------------------------------------
     @classmethod
@@ -210,7 +215,8 @@ class DayBlocks:
                  for d, _ in self._compute(k0, min(self.n_segments, k0 + group), keep=False).values()]
         return np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
 
-    def _compute(self, k0: int, k1: int, keep: bool = True) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    def _items(self, k0: int, k1: int) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        """Item days of segments ``[k0, k1)`` and their windows' bits, counted from the panel."""
         if self._source is None:
             raise RuntimeError("DayBlocks has no store attached")
         panel, plan, member = self._source
@@ -226,10 +232,17 @@ class DayBlocks:
         for k in range(k0, k1):
             lo = self.t_lo + k * self.seg_days - a
             j = lo + np.flatnonzero(item[lo: lo + self.seg_days])
-            if len(j) != self.counts[k]:
-                raise RuntimeError(f"day segment {k}: {len(j)} item days, {self.counts[k]} counted; the store "
-                                   f"changed under its cached counts")
             out[k] = ((a + j).astype(np.int32), np.packbits(valid[:, j].T, axis=1))
+        return out
+
+    def _compute(self, k0: int, k1: int, keep: bool = True) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+        out = self._items(k0, k1)
+        for k, (days, _) in out.items():
+            if len(days) != self.counts[k]:   # counts from a cache that escaped its check: never a wrong item
+                forget(self.origin)
+                raise StoreError(f"{self.origin or 'day counts'}: day segment {k}: {self.counts[k]} item days counted "
+                                 f"before, {len(days)} in the store now; the cached counts were removed: create the "
+                                 f"dataset again to count them")
         if keep:
             with self._lock:
                 for k, v in out.items():
@@ -239,6 +252,34 @@ class DayBlocks:
                 while self._cached_bytes > CACHE_BYTES and len(self._cache) > 1:
                     self._forget(next(iter(self._cache)))
         return out
+
+    def check(self, store: Any) -> str | None:
+        """What is wrong with counts loaded from a cache, against the attached store: a segment with more item days
+        than the rows' bars allow (days when at least ``min_count`` rows may have a window), or a sample of segments
+        (up to ``_SCAN_BYTES`` of bars) counted again and found different. None when they hold."""
+        plan = self._source[1]
+        lo, hi = window_days(store, plan, self.rows)
+        alive = np.zeros(self.n_dates + 1, np.int64)
+        ok = lo <= hi
+        np.add.at(alive, np.clip(lo[ok], 0, self.n_dates), 1)
+        np.add.at(alive, np.clip(hi[ok] + 1, 0, self.n_dates), -1)
+        possible = np.cumsum(alive)[: self.n_dates] >= self.min_count
+        k = np.arange(self.n_segments, dtype=np.int64)
+        a = self.t_lo + k * self.seg_days
+        b = np.minimum(a + self.seg_days, self.t_hi + 1)
+        before = np.r_[0, np.cumsum(possible)]
+        most = before[b] - before[a]
+        bad = np.flatnonzero((self.counts > most) | (self.counts < 0))
+        if len(bad):
+            j = int(bad[0])
+            return f"day segment {j}: {self.counts[j]} item days where the rows' bars allow {most[j]}"
+        maybe = np.flatnonzero(most)
+        n = max(1, min(SAMPLE_SEGMENTS, _SCAN_BYTES // max(1, self.segment_bytes)))
+        for j in np.sort(sample_rng().choice(maybe, min(n, len(maybe)), replace=False)).tolist():
+            got = len(self._items(j, j + 1)[j][0])
+            if got != self.counts[j]:
+                return f"day segment {j}: {self.counts[j]} item days cached, {got} counted"
+        return None
 
     def _forget(self, k: int) -> None:
         v = self._cache.pop(k, None)
@@ -275,29 +316,43 @@ class DayBlocks:
 
 
 def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_count: int,
-                     member: Universe | None = None) -> DayBlocks:
-    """The day blocks of a store: counts from the per-user cache, else counted (one pass over the rows, under the
-    cache's lock: the ranks of a node count once); ``member``: each day's members only (in the cache key)."""
+                     member: Universe | None = None, fresh: bool = False) -> DayBlocks:
+    """The day blocks of a store: counts from the per-user cache (checked against the store: see
+    :meth:`DayBlocks.check`), else counted (one pass over the rows, under the cache's lock: the ranks of a node
+    count once). ``member``: each day's members only (in the cache key). ``fresh``: count without loading (and
+    replace the cached counts)."""
     seg_days = seg_days_for(store.n_fields)
+    min_count = max(1, int(min_count))
     which = "all" if rows is None else hashlib.sha256(np.asarray(rows, np.int64).tobytes()).hexdigest()[:16]
-    key = cache_key(store, plan, 'days', seg_days, max(1, int(min_count)), which, *universe_key(member))
-    path = cache_dir() / f"{key}.npz"
+    path = cache_file(cache_key(store, plan, "days", seg_days, min_count, which, *universe_key(member)))
+    t_lo, t_hi = window_bounds(plan, store.n_dates)
+    n_seg = -(-max(0, t_hi - t_lo + 1) // seg_days)
+
+    def load(p: Path) -> DayBlocks | None:
+        z, problem = read_arrays(p, {"counts": (np.int32, (n_seg,)), "bounds": (np.int64, (4,))})
+        if z is not None and z["bounds"].tolist() != [t_lo, t_hi, seg_days, store.n_dates]:
+            problem = f"bounds {z['bounds'].tolist()}, expected {[t_lo, t_hi, seg_days, store.n_dates]}"
+        if problem is None and z is not None:
+            idx = DayBlocks(z["counts"], t_lo, t_hi, seg_days, store.n_dates, rows, min_count)
+            idx.attach(store, plan, member)
+            problem = idx.check(store)
+            if problem is None:
+                idx.origin = p
+                return idx
+        if problem is not None:
+            ignore(p, problem)
+        return None
 
     def count() -> DayBlocks:
         return DayBlocks.build(store.panel, plan, rows, min_count, seg_days, drop_pages=page_dropper(store),
                                member=member)
 
-    def load(p: Any) -> DayBlocks | None:
-        try:
-            with np.load(p, allow_pickle=False) as z:
-                return DayBlocks(z["counts"], int(z["t_lo"]), int(z["t_hi"]), int(z["seg_days"]), int(z["n_dates"]),
-                                 rows, min_count)
-        except (OSError, KeyError, ValueError):
-            return None
+    def save(p: Path, d: DayBlocks) -> None:
+        save_arrays(p, counts=d.counts, bounds=np.array([d.t_lo, d.t_hi, d.seg_days, d.n_dates], np.int64))
 
-    idx = cached(path, load, count, lambda p, d: save_arrays(p, counts=d.counts, t_lo=d.t_lo, t_hi=d.t_hi,
-                                                             seg_days=d.seg_days, n_dates=d.n_dates))
-    idx.attach(store, plan, member)
+    idx = cached(path, load, count, save, fresh)
+    if idx._source is None:
+        idx.attach(store, plan, member)
     return idx
 
 

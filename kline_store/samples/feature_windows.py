@@ -24,7 +24,7 @@ from ..features.evaluate import evaluate
 from ..features.plan import FIELD_ALIASES, make_plan
 from ..feed.loader import KlineLoader
 from ..store.snapshot import Store, open_store
-from .dataset import KlineDataset
+from .dataset import KlineDataset, position
 
 Batch = dict[str, torch.Tensor]
 
@@ -79,8 +79,19 @@ class FeatureWindows(torch.utils.data.Dataset):
     def path(self) -> Path:
         return self.base.path
 
+    @property
+    def version(self) -> int:
+        """The store version read (a loader's state records it and is refused on another)."""
+        return self.base.version
+
     def __len__(self) -> int:
         return len(self.base)
+
+    def sample_digest(self) -> str:
+        return self.base.sample_digest()
+
+    def recount(self) -> None:
+        self.base.recount()
 
     @property
     def window(self) -> int:
@@ -120,8 +131,10 @@ class FeatureWindows(torch.utils.data.Dataset):
         return self._features(self.base.gather_batch(indices), out)
 
     def __getitem__(self, i: int) -> dict[str, Any]:
-        b = self.gather_batch(np.array([i]))
-        return {k: (v[0] if k == "x" else v[0].item()) for k, v in b.items()}
+        """One sample as KlineDataset's: ``x`` ``[window, features]``, ``y`` a 0-d float32 tensor, ``symbol`` and
+        ``t`` ints."""
+        b = self.gather_batch(np.array([position(i, len(self), "sample")]))
+        return {k: (v[0] if k in ("x", "y") else int(v[0])) for k, v in b.items()}
 
     def resident_nbytes(self) -> int:
         return self.base.resident_nbytes()
@@ -137,7 +150,9 @@ class FeatureWindows(torch.utils.data.Dataset):
 
     def loader(self, batch_size: int = 256, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                num_workers: int | None = None, **options: Any) -> KlineLoader:
-        """As :meth:`KlineDataset.loader`: features are computed in the gather threads (or on the device)."""
+        """As :meth:`KlineDataset.loader`: features are computed in the gather threads (or on the device). Under
+        torch.distributed every rank reads one store version (see :meth:`KlineDataset._agree`)."""
+        self.base._agree()
         return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
                            num_workers=num_workers, **options)
 

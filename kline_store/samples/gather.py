@@ -255,3 +255,36 @@ class Gatherer:
             assert self.stats is not None
             T.zscore_(x, *self.stats)
         return {"x": x, "y": torch.from_numpy(np.array(y)), "symbol": int(s), "t": int(t)}
+
+
+def resident_gather(panel: np.ndarray, plan: SamplePlan, span: tuple[int, int], valid: np.ndarray,
+                    bars: np.ndarray | None, stats: tuple[torch.Tensor, torch.Tensor] | None, device: torch.device,
+                    pin: bool = False) -> Any:
+    """Copy the days ``span`` and the fields samples use of ``panel`` to ``device`` once; returns
+    ``gather(positions, out=None) -> batch`` running there (positions index ``valid``, the flat valid-window cells).
+
+    With ``device`` the CPU and ``pin`` the copy is in pinned host memory.
+    """
+    d0, d1 = span
+    keep, compact = plan.compact()
+    # Only the days and fields samples use, laid out so that x's fields are contiguous.
+    host = torch.from_numpy(np.ascontiguousarray(panel[:, d0:d1][:, :, keep]))
+    if pin:
+        host = host.pin_memory()
+    panel_t = host.reshape(-1).to(device)
+    bars_t = torch.from_numpy(bars.astype(np.int64)).to(device) if bars is not None else None
+    g = Gatherer(compact, panel_t, (d1 - d0) * len(keep), len(keep), d0, bars_t, stats)
+    valid_t = torch.from_numpy(valid).to(device)
+    nd = panel.shape[1]
+
+    def gather(indices: torch.Tensor | np.ndarray, out: Batch | None = None) -> Batch:
+        if device.type == "cpu" and isinstance(indices, np.ndarray):
+            # Host copies (pinned or RAM) take the memmap's numpy index arithmetic: torch's per-op dispatch holds
+            # the GIL, which many gather threads then queue for.
+            flat_np = valid[indices].astype(np.int64)
+            return g.gather(flat_np // nd, flat_np % nd, out)
+        idx = torch.as_tensor(indices, dtype=torch.int64).to(device, non_blocking=True)
+        flat = valid_t[idx].long()
+        return g.gather(flat // nd, flat % nd, out)
+
+    return gather

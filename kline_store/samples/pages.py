@@ -19,6 +19,7 @@ _MADV_RANDOM = 1
 _MADV_WILLNEED = 3
 _MADV_POPULATE_READ = 22
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+ROOM_PROBES = 64   # rows whose reserved room is looked up in the page cache (mincore) after a pass
 
 
 def mark_random(flat: np.ndarray) -> None:
@@ -93,6 +94,79 @@ def mapping_base(panel: np.ndarray) -> np.ndarray | None:
     return a if a.size and a.ctypes.data % _PAGE == 0 else None
 
 
+def _row_ranges(store: Any, room: bool) -> list[tuple[int, int]]:
+    """``(offset, length)`` in the data file of each symbol row's stored days, or (``room``) of the room after them
+    that the row reserves for future days (from the page after its last stored byte)."""
+    stride, used = store.row_stride * 4, store.n_dates * store.n_fields * 4
+    starts = np.arange(store.n_symbols, dtype=np.int64) * stride
+    if not room:
+        return [(int(a), used) for a in starts]
+    lo = -(-(starts + used) // _PAGE) * _PAGE
+    return [(int(a), int(b - a)) for a, b in zip(lo, starts + stride) if b > a]
+
+
+def read_rows(store: Any, budget: int) -> None:
+    """Ask the kernel to read every row's stored days ahead (at most ``budget`` bytes), before a pass over the panel
+    reads them: the pass then finds them in the page cache, and the read-around of its page faults (128 KiB and
+    more) never pulls in the zeros of the rows' reserved room, which would take as much page cache again."""
+    fd = getattr(store, "_fd", None)
+    if fd is None or store.logical_bytes > budget:
+        return
+    for off, length in _row_ranges(store, room=False):
+        try:
+            os.posix_fadvise(fd, off, length, os.POSIX_FADV_WILLNEED)
+        except (OSError, AttributeError):
+            return
+
+
+def release_rows(store: Any) -> None:
+    """After a pass over the panel through the store's own mapping: unmap its pages from this process (they stay
+    in the page cache, where the gathers' mapping finds them: mapped twice they counted twice in the process's
+    memory). When the rows' reserved room is in the page cache too (zeros a sequential read pulled in with the
+    stored days, as a verify of a fresh store does), the rows are dropped and their stored days read again alone:
+    a gather mapping maps whole folios, and folios holding both would map the room as well (twice the panel)."""
+    base = mapping_base(store.panel)
+    if base is None:
+        return
+    _madvise(base.ctypes.data, base.nbytes - base.nbytes % _PAGE, _MADV_DONTNEED)
+    fd = getattr(store, "_fd", None)
+    room = _row_ranges(store, room=True)
+    if fd is None or not room or not _any_resident(base, room[:: max(1, len(room) // ROOM_PROBES)]):
+        return
+    try:   # in one call: a folio across two rows is inside no single row's range (pages others map stay)
+        os.posix_fadvise(fd, 0, store.n_symbols * store.row_stride * 4, os.POSIX_FADV_DONTNEED)
+        for off, used in _row_ranges(store, room=False):
+            os.posix_fadvise(fd, off, used, os.POSIX_FADV_WILLNEED)
+    except (OSError, AttributeError):
+        pass
+
+
+_libc_mincore: Any = False   # looked up once
+
+
+def _any_resident(base: np.ndarray, ranges: list[tuple[int, int]]) -> bool:
+    """Whether any page of these byte ranges of the mapping ``base`` is in the page cache (``mincore``)."""
+    global _libc_mincore
+    if _libc_mincore is False:
+        try:
+            import ctypes
+            fn = ctypes.CDLL(None, use_errno=True).mincore
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+            _libc_mincore = fn
+        except (OSError, AttributeError):
+            _libc_mincore = None
+    if _libc_mincore is None:
+        return False
+    for off, length in ranges:
+        length = min(length, base.nbytes - off)
+        if length <= 0:
+            continue
+        vec = np.zeros(-(-length // _PAGE), dtype=np.uint8)
+        if _libc_mincore(base.ctypes.data + off, length, vec.ctypes.data) == 0 and (vec & 1).any():
+            return True
+    return False
+
+
 def drop_rows(store: Any, a: int, b: int) -> None:
     """Drop symbol rows ``[a, b)`` of ``store`` from this process's mapping and from the page cache."""
     base = mapping_base(store.panel)
@@ -101,4 +175,5 @@ def drop_rows(store: Any, a: int, b: int) -> None:
     advise_drop([base] if base is not None else [], getattr(store, "_fd", None), [(lo, hi)])
 
 
-__all__ = ["Mappings", "advise_drop", "advise_read", "drop_rows", "mapping_base", "mark_random"]
+__all__ = ["Mappings", "advise_drop", "advise_read", "drop_rows", "mapping_base", "mark_random", "read_rows",
+           "release_rows"]

@@ -188,7 +188,8 @@ class SamplePlan:
 
 def field_indices(store_fields: Sequence[str], fields: Sequence[str] | None, where: str,
                   default: Sequence[str] | None = None) -> list[int]:
-    """Store indices of the requested fields (default: ``default``, else the OHLCV-amount fields the store has)."""
+    """Store indices of the requested fields (default: ``default``, else the OHLCV-amount fields the store has;
+    a dataset over a bar store passes the ones every symbol has, ``coverage.with_default_fields``)."""
     if fields is None and default:
         names = list(default)
     elif fields is None:

@@ -20,7 +20,7 @@ from helpers_dataset_ddp import DAYS
 from helpers_dataset_ref import make_store, random_panel
 
 from kline_store.feed import block_order as B
-from kline_store.samples import day_blocks
+from kline_store.samples import blocks, day_blocks
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
 
@@ -174,3 +174,46 @@ def test_two_nodes_block_order_fixed_shares_and_restart(store, tmp_path, monkeyp
         assert shares[0] == shares[1]                            # each rank's blocks: the same in both epochs
         assert sum(map(len, shares[0])) - len(set.union(*shares[0])) <= world - 1   # only cut blocks shared
         assert len(set.union(*shares[0])) == len(off) - 1 - int((np.diff(off) == 0).sum())
+
+
+def _poison(store: Path, end: str, cache: Path, monkeypatch) -> tuple[int, int]:
+    """Counts in ``cache`` with half of the first row's windows, which the load-time check passes when it samples no
+    segment (as the helper makes it): ``(true count, poisoned count)``."""
+    monkeypatch.setenv("KLINE_STORE_CACHE", str(cache))
+    n = len(KlineDataset(store, window=10, horizon=2, end=end, index="blocks"))
+    (path,) = (cache / "blocks").glob("*.npz")
+    z = dict(np.load(path))
+    z["counts"][0, 0] //= 2
+    np.savez(path, **z)
+    monkeypatch.setattr(blocks, "SAMPLE_SEGMENTS", 0)
+    return n, len(KlineDataset(store, window=10, horizon=2, end=end, index="blocks"))
+
+
+@pytest.mark.parametrize("poisoned", [0, 1])
+def test_ranks_with_different_cached_counts_agree_before_the_first_step(store, tmp_path, monkeypatch, poisoned):
+    """Issue 26: two ranks whose block-count caches differ ran 194 and 97 steps (a DDP run hangs at the shorter
+    one's end). Now the ranks compare their counts, count again from the store and run the true samples, the
+    same steps on both, whichever rank's cache was wrong (the first rank's too)."""
+    path, end = store
+    n, bad = _poison(path, end, tmp_path / f"cache-{poisoned}", monkeypatch)
+    assert bad < n
+    _launch(1, [str(path), str(tmp_path), end, "counts"], tmp_path)
+    ranks = _read(tmp_path, "counts", 2)
+    assert ranks[poisoned]["loaded"] == bad and ranks[1 - poisoned]["loaded"] == n   # what each loaded
+    assert [r["n"] for r in ranks] == [n, n] and ranks[0]["steps"] == ranks[1]["steps"]
+    _check_shards(store, [[tuple(k) for k in r["seen"]] for r in ranks], 2)
+    (fixed,) = (tmp_path / f"cache-{poisoned}" / "blocks").glob("*.npz")
+    assert int(np.load(fixed)["counts"].sum()) == n                                 # the cache counted again
+
+
+def test_ranks_whose_datasets_differ_stop_in_one_line(store, tmp_path):
+    """Ranks whose datasets cannot agree (rank 1 ends a day earlier: another store at the path on some node would do
+    the same) all stop before the first step with the same one-line InputError naming each rank's count."""
+    path, end = store
+    _launch(1, [str(path), str(tmp_path), end, "differ"], tmp_path)
+    ranks = _read(tmp_path, "differ", 2)
+    errors = {r["error"] for r in ranks}
+    assert len(errors) == 1 and "steps" not in ranks[0] and "steps" not in ranks[1]
+    (msg,) = errors
+    assert msg.startswith("InputError: ") and "\n" not in msg
+    assert "differ after counting again" in msg and "rank 0: " in msg and "rank 1: " in msg

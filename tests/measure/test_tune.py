@@ -147,3 +147,28 @@ def test_cli_tune_prints_table_and_json(small_store):
     assert {k: chosen[0][k] for k in data["recommended"]} == data["recommended"]
     r = run_cli("tune", str(small_store), "--window", "0", "--batch-size", "16")
     assert r.returncode == 1 and "window and batch size must be >= 1" in r.stderr
+
+
+def test_cli_tune_measures_every_symbol_and_says_which_field_it_left_out(tmp_path, monkeypatch):
+    """Issue 25: in an 11-symbol store where one file had amount, tune measured the 683 windows of that one
+    symbol. The default fields now keep every symbol, and the CLI says which field it left out, on one line."""
+    from conftest import run_cli
+    from kline_store import KlineDataset
+    from kline_store.store import create_store
+
+    rng = np.random.default_rng(0)
+    close = 10 * np.exp(np.cumsum(rng.normal(0, 0.02, (11, 200)), axis=1))
+    panel = np.stack([close, close * 1.01, close * 0.99, close, np.full_like(close, 1e3), np.full_like(close, np.nan)],
+                     axis=2).astype(np.float32)
+    panel[0, :, 5] = 1e6
+    days = np.datetime64("2020-01-01") + np.arange(200)
+    path = create_store(tmp_path / "s", panel, [f"S{i}" for i in range(11)], days,
+                        ["open", "high", "low", "close", "volume", "amount"])
+    monkeypatch.setenv("KLINE_STORE_CACHE", str(tmp_path / "cache"))
+    r = run_cli("tune", str(path), "--window", "32", "--batch-size", "16", "--seconds", "0.05", "--no-save", "--json")
+    assert r.returncode == 0, r.stderr
+    note = [line for line in r.stderr.splitlines() if "amount" in line]
+    assert note == [f"kline-store: {path}: amount: 1 of 11 symbols; left out of the default fields (open, high, low, "
+                    f"close, volume); pass fields=[...] to use it"]
+    with pytest.warns(RuntimeWarning):
+        assert len(KlineDataset(path, window=32)) == 11 * (200 - 32)   # what tune measured on

@@ -21,6 +21,7 @@ from kline_store import memory
 from kline_store.feed import block_feed
 from kline_store.measure.synthetic import make_store
 from kline_store.samples import blocks as BL
+from kline_store.samples import count_cache
 from conftest import resumed
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def test_block_index_has_the_full_index_positions(store, opts):
 
 def test_segment_counts_are_counted_once_per_store_version_and_spec(store, monkeypatch):
     a = ks.KlineDataset(store, window=16, index="blocks")
-    assert len(list(BL.cache_dir().glob("*.npz"))) == 1
+    assert len(list(count_cache.cache_dir().glob("*.npz"))) == 1
 
     def no_count(*args, **kw):
         raise AssertionError("counted again")

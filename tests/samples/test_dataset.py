@@ -309,8 +309,10 @@ def test_empty_range_message(tmp_path):
     panel[:, :, 5] = np.nan  # amount never present
     path = make_store(tmp_path / "s", panel)
     with pytest.raises(InputError, match="field 'amount' is finite in only 0.0%"):
-        KlineDataset(path, window=5)
+        KlineDataset(path, window=5, fields=["close", "amount"])
     assert len(KlineDataset(path, window=5, fields=["close"])) > 0
+    with pytest.warns(RuntimeWarning, match="amount: 0 of 2 symbols; left out of the default fields"):
+        assert KlineDataset(path, window=5).fields == ["open", "high", "low", "close", "volume"]   # issue 25
 
 
 def test_pickles_as_path_and_parameters(small):
