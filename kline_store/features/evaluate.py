@@ -22,6 +22,7 @@ from torch import Tensor
 from kline_store.errors import InputError
 
 from .nodes import Call, Const, Field, Node, fields_of, postorder
+from . import infinity
 from .ops import apply
 from .parse import parse
 from .window import Span, mask
@@ -152,7 +153,7 @@ def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor]
         for child in node.args:  # free operands no later node needs, and what the memo keeps of them
             uses[child] -= 1
             if uses[child] == 0 and child in cache:
-                span.memo.pop(id(cache[child]), None)
+                infinity.forget(span, cache[child])
                 if isinstance(child, Call):
                     del cache[child]
         if uses[node] == 0:  # a root no other node reads: it is in `out` already

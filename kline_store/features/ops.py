@@ -14,7 +14,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
-from . import moments, rolling, smooth
+from . import infinity, moments, rolling, smooth
 from .window import Span, mask
 
 Value = Union[Tensor, float, int]
@@ -99,11 +99,13 @@ def apply(op: str, args: list[Value], params: tuple, span: Span) -> Tensor:
         return ELEMENTWISE[op](*args)
     params = clamp_window(op, params, span.n_bars)
     shape = (len(span.first), span.n_bars)
-    full = [_float(a) if isinstance(a, Tensor) else
-            mask(torch.full(shape, float(a), dtype=torch.float64, device=span.first.device), span) for a in args]
+    given = [_float(a) if isinstance(a, Tensor) else
+             mask(torch.full(shape, float(a), dtype=torch.float64, device=span.first.device), span) for a in args]
+    full = infinity.prepare(op, given, span)  # +-inf as Qlib's pandas reads them: infinity.py
     if op == "Quantile":
         return rolling.r_quantile(full[0], int(params[0]), span, float(params[1]))
     if op in PAIRED:
         return PAIRED[op](full[0], full[1], int(params[0]), span)
     n = params[0] if op == "EMA" else int(params[0])
-    return WINDOWED[op](full[0], n, span)
+    out = WINDOWED[op](full[0], n, span)
+    return infinity.finish(op, given[0], n if n else span.n_bars, span, out)

@@ -94,6 +94,18 @@ def tushare_panel(files: list[Path]) -> dict:
     return frames_panel(frames)
 
 
+def yahoo_panel(files: list[Path]) -> dict:
+    """us_yahoo_daily: one file per symbol (AAPL.csv), Date,Open,High,Low,Close,Adj Close,Volume; the raw
+    (unadjusted) prices, and volumes that are 0 on some days (Log($volume) is -inf there)."""
+    import pandas as pd
+
+    frames = {}
+    for f in sorted(files):
+        df = pd.read_csv(f, dtype={"Date": str}).rename(columns=str.lower)
+        frames[f.stem.upper()] = df.dropna(subset=["close"]).reset_index(drop=True)
+    return frames_panel(frames)
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """One intra-op thread while a test runs: on a small shared machine torch's default (a thread per core)
