@@ -41,7 +41,8 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, rtol: float = 1e-4, atol: fl
     (see regression.py), or both finite and close."""
     both_nan = np.isnan(ours) & np.isnan(theirs)
     inf = np.isinf(theirs) & ~np.isfinite(ours)
-    close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: decided by `inf` above
+        close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
     return both_nan | inf | close
 
 
