@@ -20,6 +20,7 @@ from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
+from .options import ReadOptions
 from .. import memory
 from ..progress import Progress
 from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks, without
@@ -131,24 +132,24 @@ def input_fields(sources: list[Source]) -> list[str]:
     return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
 
 
-def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
-              strict: bool = False, quiet: bool = True, spill: Path | None = None,
-              symbol_pattern: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-              exclude: Sequence[str] = ()) -> Bars:
+def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = None, *, quiet: bool = True,
+              spill: Path | None = None) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
+        read: the read options, whole (options.py): ``user_map``, ``strict``, ``symbol_pattern``, ``na`` (cell
+            values that mean "missing" besides the usual ones), ``skip_bad`` (a file that is not bars: ticks,
+            quotes, no date or close, unreadable, or whose first piece fails, is left out and listed in
+            ``Bars.skipped`` instead of stopping the read), ``exclude`` (glob patterns of files to leave out).
         spill: where to spill the bars when they are big (see :func:`spills`); None keeps them in memory.
-        na: cell values that mean "missing" besides the usual ones (``--na``).
-        skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
-            ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
-        exclude: glob patterns of files to leave out (``--exclude``).
     """
-    files = expand_inputs(list(inputs), exclude)
+    read = read or ReadOptions()
+    user_map, strict, skip_bad = dict(read.user_map), read.strict, read.skip_bad
+    files = expand_inputs(list(inputs), read.exclude)
     sources, skipped = [], []
     for f in files:   # all headers before any row
         try:
-            sources.append(inspect_source(f, user_map, symbol_pattern, tuple(na)))
+            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na))
         except InputError as exc:
             if not skip_bad:
                 raise

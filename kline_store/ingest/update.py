@@ -26,12 +26,13 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, panel as P
+from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, panel as P
 from ..store import lock, manifest as mf, safefs, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
+from .options import AxisOptions, ReadOptions
 from .report import IngestReport
 from ..store.snapshot import Store, open_store
 
@@ -79,24 +80,29 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
+    read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
+                          na=na, skip_bad=skip_bad, exclude=exclude)
+    return append_with(store, inputs, read, AxisOptions(calendar=calendar), dry_run=dry_run, wait=wait, quiet=quiet)
+
+
+def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: AxisOptions, *, dry_run: bool = False,
+                wait: float = 0.0, quiet: bool = True) -> IngestReport:
+    """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
-    if FR.is_frame(inputs):
-        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
-            return append(store, [path], map=map, user_map=user_map, strict=strict, dry_run=dry_run, wait=wait,
-                          quiet=quiet, symbol=symbol, na=na)
+    if FR.is_frame(inputs):   # read like a file, with every option a file takes
+        with FR.as_file(inputs, read) as path:
+            return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
-    umap = dict(user_map or {})
-    umap.update(C.parse_mapping(map))
-    if symbol is not None:
-        symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
+    if read.symbol is not None:
+        read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
+                                                        read.symbol_pattern))
     with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
-        bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                         symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad,
-                         exclude=tuple(exclude or ()))
+        bars = read_bars(as_input_list(inputs), read, quiet=quiet)
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
+    calendar = options.calendar
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None else None
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
@@ -136,7 +142,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
             ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
     }
-    if plan.new_symbols and symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
+    if plan.new_symbols and read.symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
         extra["new symbols"] += (", named after the input file name(s): to add the bars to a stored symbol, pass "
                                  "--symbol NAME (symbol=) for one file, or --symbol-pattern")
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
