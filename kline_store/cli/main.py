@@ -18,6 +18,8 @@ from ..progress import silenced
 from .options import read_options
 
 
+ASSUME = ("With an exchange calendar: days after the last one whose holidays exchange_calendars records are the "
+          "exchange's weekdays (marked in the manifest).")
 MAX_LINE = 600   # an error is one line a person reads: anything longer is cut (the cause is said first)
 
 
@@ -58,7 +60,8 @@ def _check_freq(ctx, param, value):
 @cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--out", required=True, type=click.Path(), help="Store directory to create or replace.")
-@click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
+@click.option("--calendar", type=click.Path(),
+              help="File of trading dates or an exchange code (XSHG, XNYS) (default: union of input dates).")
 @read_options
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
 @click.option("--instruments", metavar="all|MARKET|FILE",
@@ -70,13 +73,16 @@ def _check_freq(ctx, param, value):
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("--timezone", metavar="ZONE", help="The exchange's zone (Asia/Shanghai): UTC offsets are converted to it.")
+@click.option("--assume-weekdays", is_flag=True, help=ASSUME)
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def ingest(inputs, out, calendar, read, replace, instruments, wait, freq, sessions, stamp, timezone, quiet) -> None:
+def ingest(inputs, out, calendar, read, replace, instruments, wait, freq, sessions, stamp, timezone, assume_weekdays,
+           quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
     rep = run(list(inputs), out, calendar=calendar, quiet=quiet, wait=wait, replace=replace, freq=freq,
-              sessions=sessions, stamp=stamp, instruments=instruments, timezone=timezone, **read)
+              sessions=sessions, stamp=stamp, instruments=instruments, timezone=timezone,
+              assume_weekdays=assume_weekdays, **read)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -87,13 +93,16 @@ def ingest(inputs, out, calendar, read, replace, instruments, wait, freq, sessio
 @read_options
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
-@click.option("--calendar", type=click.Path(), help="File of trading dates listing the new dates (daily stores).")
+@click.option("--calendar", type=click.Path(),
+              help="File of trading dates listing the new dates, or an exchange code (XSHG) (daily stores).")
+@click.option("--assume-weekdays", is_flag=True, help=ASSUME)
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, read, dry_run, wait, calendar, quiet) -> None:
+def append(store, inputs, read, dry_run, wait, calendar, assume_weekdays, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
-        rep = run(store, list(inputs), dry_run=dry_run, wait=wait, quiet=quiet, calendar=calendar, **read)
+        rep = run(store, list(inputs), dry_run=dry_run, wait=wait, quiet=quiet, calendar=calendar,
+                  assume_weekdays=assume_weekdays, **read)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

@@ -18,11 +18,11 @@ import numpy as np
 import dataclasses
 from dataclasses import dataclass
 
-from . import adjust, barsize, calnote, dates as D, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
 from ..store import writer as W
-from .bars import Bars, build_calendar, choose_axis, read_bars
+from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
 from .layout import Layout
 from ..store.blockwriter import BlockWriter
@@ -39,7 +39,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-           exclude: Sequence[str] = (), timezone: str | None = None) -> IngestReport:
+           exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -77,13 +77,17 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         timezone: the exchange's IANA zone ("Asia/Shanghai"): stamps with a UTC offset or ``Z`` and
             zone-aware Parquet columns are converted to its clock, and it is recorded in the manifest. Without
             it, one offset per column keeps its wall clock and mixed offsets are refused.
+        assume_weekdays: with ``calendar`` or ``sessions`` an exchange code: dates after the last day whose
+            holidays the installed exchange_calendars records are the exchange's weekdays (holidays unknown),
+            marked in the manifest (``assumed_weekdays``), instead of an error.
 
     Returns:
         IngestReport with counts and the problems found.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
                           na=na, skip_bad=skip_bad, exclude=exclude)
-    axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone)
+    axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone,
+                       assume_weekdays=assume_weekdays)
     return ingest_with(inputs, out, read, axis, Writing(quiet=quiet, capacity=capacity, wait=wait, replace=replace,
                                                         instruments=instruments))
 
@@ -141,6 +145,15 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
                         skipped_files=bars.skipped, notes=bars.notes)
 
 
+def _on_sessions(bars: Bars, cal: np.ndarray, code: str) -> None:
+    """--calendar CODE: a bar on a day the exchange did not trade (a holiday) is one line naming it."""
+    off = ~np.isin(bars.keys("D"), cal)
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {TA.show(int(bars.keys('D')[i]), 'D')} "
+                         f"is on no {code} session (a holiday or a weekend); {int(off.sum())} bar(s) in all")
+
+
 @dataclass
 class Built:
     """What ``_build`` wrote: the new version, its bars (views dropped), symbols, fields, dates and manifest."""
@@ -163,13 +176,20 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
         bars = read_bars(files, read, quiet=writing.quiet, spill=spill)
     freq, calendar, capacity = options.freq, options.calendar, writing.capacity
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
-    axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone)
+    assume = options.assume_weekdays
+    if assume and not (XC.is_code(calendar) or XC.is_code(options.sessions)):
+        raise InputError("--assume-weekdays applies with an exchange calendar (--calendar CODE or --sessions CODE)")
+    axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume)
     if axis.freq == TA.DAILY:
-        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
+        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar),
+                                   exchange=str(calendar).upper() if XC.is_code(calendar) else None)
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
                          f"resample to 1d and to {long_bar}")
-    cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar)
+    cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar, where_day(bars, axis.unit), assume)
+    assumed = XC.assumed(axis.exchange, cal, axis.unit) if assume and axis.exchange else None
+    if axis.exchange is not None and axis.freq == TA.DAILY:
+        _on_sessions(bars, cal, axis.exchange)
     symbols = bars.symbols
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
@@ -209,6 +229,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
                                 "calendar_source": str(calendar) if calendar else
                                 (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,
+                                **({"assumed_weekdays": assumed} if assumed else {}),
                                 "adj_last_factor": adjust.state_list(last_factor),
                                 "adj_rebase": adjust.state_list(divisors)})
     try:

@@ -52,6 +52,7 @@ class AxisOptions:
     sessions: str | None = None                 # intraday session template or exchange code
     stamp: str | None = None                    # "end" or "start" (with sessions)
     timezone: str | None = None                 # the exchange's IANA zone
+    assume_weekdays: bool = False               # past exchange_calendars' last covered day: the weekdays
 
     def replace(self, **changes: Any) -> AxisOptions:
         return dataclasses.replace(self, **changes)

@@ -22,7 +22,8 @@ FRAME = pd.DataFrame({"symbol": ["AAA"] * 3, "date": ["2024-01-02", "2024-01-03"
 SAMPLE = {"calendar": "cal.csv", "user_map": {"px": "close"}, "map": ["px2=open"], "strict": True, "quiet": False,
           "capacity": 77, "wait": 1.5, "replace": True, "symbol_pattern": r"(\w+)", "freq": "1d",
           "sessions": "us", "stamp": "start", "instruments": "csi300", "symbol": "AAA", "na": ["."],
-          "skip_bad": True, "exclude": ["*nothing*"], "timezone": "Asia/Shanghai", "dry_run": True}
+          "skip_bad": True, "exclude": ["*nothing*"], "timezone": "Asia/Shanghai", "dry_run": True,
+          "assume_weekdays": True}
 
 
 class Reached(Exception):
