@@ -149,7 +149,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
     sources, skipped = [], []
     for f in files:   # all headers before any row
         try:
-            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na))
+            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na, read=read))
         except InputError as exc:
             if not skip_bad:
                 raise
@@ -200,6 +200,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
     bars = Bars(sink.names, col["sym"], col["minute"], col["file"], col["row"], col["values"], fields, files, srcs,
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
+    bars.notes = [n for s in sources for n in s.notes]    # lines skipped before a header, ...
     bars.stamps = sink.distinct()
     return bars
 

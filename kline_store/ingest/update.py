@@ -62,7 +62,9 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
            exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None,
-           assume_weekdays: bool = False) -> IngestReport:
+           assume_weekdays: bool = False,
+           date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
+           columns: Sequence[str] | str | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -82,12 +84,15 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             ``calendar="XSHG"`` or ``sessions="XSHG"`` takes the exchange's next sessions without it.
         assume_weekdays: past the last day whose holidays the installed exchange_calendars records, take the
             exchange's weekdays (holidays unknown; marked in the manifest, and kept by later appends).
+        date_format, skip_rows, no_header, columns: as for ``ingest``; without ``date_format``, the store's own
+            (recorded by the ingest that used one).
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude)
+                          na=na, skip_bad=skip_bad, exclude=exclude,
+                          date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
     return append_with(store, inputs, read, AxisOptions(calendar=calendar, assume_weekdays=assume_weekdays),
                        dry_run=dry_run, wait=wait, quiet=quiet)
 
@@ -103,11 +108,19 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest
+        read = read.replace(date_format=head["date_format"])
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
                                                         read.symbol_pattern))
     with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
-        bars = read_bars(as_input_list(inputs), read, quiet=quiet)
+        try:
+            bars = read_bars(as_input_list(inputs), read, quiet=quiet)
+        except InputError as exc:
+            if "--date-format" in str(exc) and read.date_format == head.get("date_format"):
+                raise InputError(f"{exc} (the store's, recorded at ingest; pass --date-format FMT for this "
+                                 f"file's dates)") from None
+            raise
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
     calendar = options.calendar
     code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
@@ -126,6 +139,8 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                 W.prepare(store_dir, old.manifest)
                 plan, rebase = _plan(old, bars, extra_cal, exchange)
                 plan.calendar_source = str(calendar) if calendar is not None else None
+                if read.date_format:
+                    plan.marks["date_format"] = read.date_format
                 committed = old.manifest
                 try:
                     if plan.mode == "tail":
@@ -157,7 +172,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq, skipped_files=bars.skipped)
+                        freq=freq, skipped_files=bars.skipped, notes=bars.notes)
 
 
 def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None
@@ -430,7 +445,7 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
              "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
-             **({"assumed_weekdays": m["assumed_weekdays"]} if m.get("assumed_weekdays") else {}), **plan.marks}
+             **{k: m[k] for k in ("assumed_weekdays", "date_format") if m.get(k)}, **plan.marks}
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:
