@@ -96,8 +96,8 @@ def find(path: Path, lines: list[str], user_map: dict[str, str] | None, skip_row
         if lines and not _is_header(lines[0], user_map):
             skip = next((i for i in range(1, min(LOOK_AHEAD, len(lines))) if _is_header(lines[i], user_map)), 0)
     if skip >= len(lines) and lines:
-        raise InputError(f"{path}: --skip-rows {skip}: the file's first {SNIFF_BYTES >> 10} KiB hold "
-                         f"{len(lines)} line(s)")
+        raise InputError(f"{path}: --skip-rows {skip} leaves no line to read (the file's first "
+                         f"{SNIFF_BYTES >> 10} KiB hold {len(lines)})")
     return Preamble(skip, list(columns) if no_header else None, [s for s in lines[:skip]])
 
 

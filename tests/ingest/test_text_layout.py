@@ -181,3 +181,33 @@ def test_dataframe_and_append_take_the_reading_options(tmp_path):
     st = open_store(tmp_path / "s")
     assert st.array("close")[0].tolist() == [1.5, 2.5, 3.5]
     assert json.loads((tmp_path / "s" / "manifest.json").read_text())["date_format"] == "%d-%b-%y"
+
+
+def test_real_files_read_with_a_format_equal_the_default_read(real, tmp_path):
+    """M/D/YYYY (mplfinance's S&P file) and a stamp with seconds (czsc's index file): the same store either way."""
+    for f, fmt in ((real / "yahoo_mplfinance" / "SP500_NOV2019_Hist.csv", "%m/%d/%Y"),
+                   (real / "index_with_time" / "000001.SH_D.csv", "%Y-%m-%d %H:%M:%S")):
+        ingest([f], tmp_path / f"{f.stem}-auto")
+        ingest([f], tmp_path / f"{f.stem}-fmt", date_format=fmt)
+        a, b = open_store(tmp_path / f"{f.stem}-auto"), open_store(tmp_path / f"{f.stem}-fmt")
+        assert np.array_equal(a.dates, b.dates) and a.symbols == b.symbols
+        np.testing.assert_array_equal(a.panel, b.panel)
+
+
+def test_a_date_and_a_time_column_read_with_one_format(tmp_path):
+    f = write(tmp_path / "M.csv", "date,time,close\n17.10.2019,09:31,1.5\n17.10.2019,09:32,1.75\n")
+    ingest([f], tmp_path / "s", date_format="%d.%m.%Y %H:%M", symbol="M")
+    assert [str(d) for d in open_store(tmp_path / "s").dates] == ["2019-10-17T09:31", "2019-10-17T09:32"]
+
+
+def test_reading_refusals_leave_the_store_unchanged(tmp_path):
+    ingest([write(tmp_path / "A.csv", "date,close\n2020-01-02,1\n")], tmp_path / "s")
+    before = _digest(tmp_path / "s")
+    nxt = write(tmp_path / "n" / "A.csv", "2020-01-03,2\n")
+    for args in (["--no-header"], ["--columns", "date,close"], ["--skip-rows", "5"],
+                 ["--date-format", "%d.%m.%Y"]):
+        r = run_cli("append", str(tmp_path / "s"), str(nxt), *args)
+        assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+        assert "Traceback" not in r.stderr and _digest(tmp_path / "s") == before
+    r = run_cli("append", str(tmp_path / "s"), str(nxt), "--no-header", "--columns", "date,close", "-q")
+    assert r.returncode == 0 and open_store(tmp_path / "s").array("close")[0].tolist() == [1.0, 2.0]
