@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -249,3 +250,40 @@ def intraday_calendar(keys: np.ndarray, code: str, freq: str, stamp: str, where:
         out.append((assumed[:, None] * TA.MINUTES_PER_DAY + usual.day_stamps(freq)[None, :]).reshape(-1))
     cal = np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64)
     return cal[cal <= k.max()]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The exchange calendar an append follows: the store's (--calendar CODE / --sessions CODE at ingest) or
+    one given to this append (--calendar CODE, a daily store), and whether days past the library's last
+    covered day are assumed to be weekdays (--assume-weekdays, or a store already marked so)."""
+
+    code: str | None
+    given: bool = False
+    assume_weekdays: bool = False
+
+    @classmethod
+    def of(cls, manifest: dict, code: str | None, assume_weekdays: bool) -> Exchange:
+        src = manifest.get("calendar_source")
+        stored = manifest.get("exchange") or (str(src).upper() if not manifest.get("sessions") and code_like(src)
+                                              else None)
+        if code and stored and code != stored:
+            raise InputError(f"--calendar {code}: the store follows the {stored} calendar")
+        assume = assume_weekdays or bool(manifest.get("assumed_weekdays"))
+        if assume_weekdays and not (code or stored):
+            raise InputError("--assume-weekdays applies to a store that follows an exchange calendar (ingested "
+                             "with --calendar CODE or --sessions CODE) or with --calendar CODE")
+        return cls(code or stored, bool(code), assume)
+
+    def marks(self, manifest: dict, cal: np.ndarray, unit: str, daily: bool) -> dict:
+        """What the new version records of the exchange it follows: its code, and the days assumed weekdays."""
+        if self.code is None:
+            return {}
+        out = {"exchange": self.code} if daily else {}
+        if self.given:
+            out["calendar_source"] = self.code
+        if self.assume_weekdays:
+            mark = assumed(self.code, cal, unit, manifest.get("assumed_weekdays"))
+            if mark:
+                out["assumed_weekdays"] = mark
+        return out

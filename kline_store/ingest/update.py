@@ -127,7 +127,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
-    exchange = Exchange.of(head, code, options.assume_weekdays)
+    exchange = XC.Exchange.of(head, code, options.assume_weekdays)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars, extra_cal, exchange)
@@ -175,7 +175,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                         freq=freq, skipped_files=bars.skipped, notes=bars.notes)
 
 
-def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None
+def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None
           ) -> tuple[Plan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
@@ -194,30 +194,6 @@ def calendar_file_of(manifest: dict) -> str | None:
     return str(src)
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """The exchange calendar an append follows: the store's (--calendar CODE / --sessions CODE at ingest) or
-    one given to this append (--calendar CODE, a daily store), and whether days past the library's last
-    covered day are assumed to be weekdays (--assume-weekdays, or a store already marked so)."""
-
-    code: str | None
-    given: bool = False
-    assume_weekdays: bool = False
-
-    @classmethod
-    def of(cls, manifest: dict, code: str | None, assume_weekdays: bool) -> Exchange:
-        src = manifest.get("calendar_source")
-        stored = manifest.get("exchange") or (str(src).upper() if not manifest.get("sessions") and XC.code_like(src)
-                                              else None)
-        if code and stored and code != stored:
-            raise InputError(f"--calendar {code}: the store follows the {stored} calendar")
-        assume = assume_weekdays or bool(manifest.get("assumed_weekdays"))
-        if assume_weekdays and not (code or stored):
-            raise InputError("--assume-weekdays applies to a store that follows an exchange calendar (ingested "
-                             "with --calendar CODE or --sessions CODE) or with --calendar CODE")
-        return cls(code or stored, bool(code), assume)
-
-
 def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: str) -> None:
     """The rule ingest applies: a bar whose key is not in the store's calendar is an error naming it."""
     outside = ~np.isin(days, cal)
@@ -228,10 +204,10 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
                          f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
 
 
-def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None) -> Plan:
+def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
-    exchange = exchange or Exchange.of(old.manifest, None, False)
+    exchange = exchange or XC.Exchange.of(old.manifest, None, False)
     where = where_day(bars, axis.unit)
     if axis.freq == TA.DAILY and bars.intraday:
         size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
@@ -312,27 +288,13 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchan
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
         return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
-    marks = _exchange_marks(old.manifest, exchange, cal, axis) if calendar is None else {}
+    marks = exchange.marks(old.manifest, cal, axis.unit, axis.sessions is None) if calendar is None else {}
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
     return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
                 reason or "new days/symbols only", source, marks=marks)
-
-
-def _exchange_marks(manifest: dict, exchange: Exchange, cal: np.ndarray, axis: Axis) -> dict:
-    """What the new version records of the exchange it follows: its code, and the days assumed weekdays."""
-    if exchange.code is None:
-        return {}
-    marks = {"exchange": exchange.code} if axis.sessions is None else {}
-    if exchange.given:
-        marks["calendar_source"] = exchange.code
-    if exchange.assume_weekdays:
-        mark = XC.assumed(exchange.code, cal, axis.unit, manifest.get("assumed_weekdays"))
-        if mark:
-            marks["assumed_weekdays"] = mark
-    return marks
 
 
 def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
