@@ -80,16 +80,21 @@ def _at(where: Callable[[int], str] | None, day: int) -> str:
     return f"{where(day)}: " if where is not None else ""
 
 
-def beyond_cover(code: str, last_covered: int, day: int, where: Callable[[int], str] | None = None) -> BeyondCover:
+def beyond_cover(code: str, last_covered: int, day: int, where: Callable[[int], str] | None = None,
+                 intraday: bool = False) -> BeyondCover:
     """The one line for dates past the installed library's last covered day, with the ways out."""
+    instead = ("or --sessions TEMPLATE|FILE for a new store" if intraday
+               else "or pass --calendar FILE listing the trading dates")
     return BeyondCover(
         f"{_at(where, day)}{_show(day)} is after {_show(last_covered)}, the last day whose {code.upper()} holidays "
         f"exchange_calendars {_version()} records: ways out: upgrade exchange_calendars (pip install -U "
-        f"exchange_calendars), or pass --calendar FILE listing the trading dates, or --assume-weekdays (the "
-        f"exchange's weekdays after {_show(last_covered)}, holidays unknown, marked in the manifest); nothing stored")
+        f"exchange_calendars), {instead}, or --assume-weekdays (the exchange's weekdays after "
+        f"{_show(last_covered)}{', with its usual sessions' if intraday else ''}, holidays unknown, marked in the "
+        f"manifest); nothing stored")
 
 
-def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None) -> Any:
+def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None,
+              intraday: bool = False) -> Any:
     """The library's calendar over [first_day, last_day]; one line naming the bar (``where(day)``) for dates
     outside what the library records."""
     xc = _library(code)
@@ -100,7 +105,7 @@ def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], s
                          f"holidays exchange_calendars {_version()} records; leave the earlier bars out or pass "
                          f"--calendar FILE")
     if hi is not None and last_day > hi:
-        raise beyond_cover(code, hi, last_day, where)
+        raise beyond_cover(code, hi, last_day, where, intraday)
     # A margin before the first day, so that a first day that is no session (a holiday) still lies inside.
     start = first_day - 7 if lo is None else max(first_day - 7, lo)
     end = max(int(last_day), start + 1)   # the library wants start < end
@@ -177,7 +182,7 @@ def _local_minutes(col: Any, tz: Any) -> np.ndarray:
 def session_table(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None
                   ) -> dict[str, np.ndarray]:
     """Per session: its day and its open, close and (lunch) break, in local minutes since 1970 (-1: no break)."""
-    cal = _calendar(code, first_day, last_day, where)
+    cal = _calendar(code, first_day, last_day, where, intraday=True)
     sched = cal.schedule.loc[str(np.datetime64(int(first_day), "D")): str(np.datetime64(int(last_day), "D"))]
     out = {"day": sched.index.values.astype("datetime64[D]").astype(np.int64)}
     for col in ("open", "close", "break_start", "break_end"):

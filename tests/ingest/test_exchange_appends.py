@@ -161,6 +161,7 @@ def test_sessions_store_at_the_xshg_bound(tmp_path):
     r = run_cli(*["append", str(tmp_path / "s"), str(b), "--symbol", "A"])
     assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert f"is after {_show(hi)}" in r.stderr and "--assume-weekdays" in r.stderr
+    assert "--calendar FILE" not in r.stderr and "usual sessions" in r.stderr     # no calendar file intraday
     assert _digest(tmp_path / "s") == before
     append(tmp_path / "s", [b], symbol="A", assume_weekdays=True)
     st = open_store(tmp_path / "s")
