@@ -102,6 +102,8 @@ def test_at_the_xshg_bound_one_line_then_the_ways_out(tmp_path):
     assert r.returncode == 0, r.stderr
     m = json.loads((store / "manifest.json").read_text())
     assert m["assumed_weekdays"]["after"] == _show(hi) and m["assumed_weekdays"]["through"] == nxt[1]
+    assert f"calendar XSHG (exchange_calendars), weekdays assumed {_show(hi)} < date <= {nxt[1]}" in \
+        run_cli("info", str(store)).stdout
     third = _show(XC.weekdays("XSHG", _day(nxt[1]) + 1, _day(nxt[1]) + 7)[0])
     append(store, [_csv(tmp_path / "e.csv", [third], 70)], symbol="A")
     st = open_store(store)
