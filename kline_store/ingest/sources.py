@@ -90,6 +90,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                 schema = dict(pl.read_parquet_schema(fh))
             cols = list(schema)
             enc, data, sep, settled = "parquet", None, ",", True
+            mapping = C.resolve_columns(cols, user_map)
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
@@ -97,16 +98,17 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
             enc, data, settled = (*unpacked, True) if unpacked is not None else textscan.sniff_encoding(path)
             given = read.skip_rows is not None or read.no_header or bool(read.columns)
             sep, cols = (",", []) if given else _first_row(path, data)
-            if given or not {"date", "close"} <= set(C.resolve_columns(cols, user_map).values()):
+            mapping = C.resolve_columns(cols, user_map)
+            if given or not {"date", "close"} <= set(mapping.values()):
                 # lines before the header, or no header: only then is the text's beginning looked at again
                 enc, data, settled, pre = _preamble(path, enc, data, settled, user_map, read)
                 if pre.changes or given:
                     sep, cols = _first_row(path, data)
+                    mapping = C.resolve_columns(cols, user_map)
     except InputError:
         raise
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
-    mapping = C.resolve_columns(cols, user_map)
     src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na), settled=settled,
                  date_format=read.date_format)
     shift_lines(path, pre.shift)
