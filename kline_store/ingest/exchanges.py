@@ -64,7 +64,8 @@ def covered(code: str) -> tuple[int | None, int | None]:
         factory = dispatcher._calendar_factories[dispatcher.resolve_alias(code.upper())]
     except Exception:   # the registry's layout is private: fall back on an instance
         factory = type(xc.get_calendar(code.upper()))
-    return _day(factory.bound_min()), _day(factory.bound_max())
+    none = lambda: None   # noqa: E731 (a library version without bounds)
+    return _day(getattr(factory, "bound_min", none)()), _day(getattr(factory, "bound_max", none)())
 
 
 def _version() -> str:
