@@ -108,9 +108,10 @@ class KlineLoader:
         world_size: number of ranks (default: torch.distributed's, else 1).
         tail: uneven split over ranks: "pad" (repeat the first samples of the epoch's order so every rank gets
             ceil(n / world) samples; all samples covered; over several ranks every batch carries ``padded``, a bool
-            ``[B]`` tensor marking the repeated ones, for an evaluation that counts each sample once), "drop" (leave the last
-            n % world out this epoch) or "uneven" (each rank its own samples, none repeated or left out; ranks
-            differ by at most one batch: for evaluation, see the README's "Training data").
+            ``[B]`` tensor marking the repeated ones, for an evaluation that counts each sample once), "drop" (leave
+            the last n % world out this epoch) or "uneven" (each rank its own samples, none repeated or left out;
+            ranks differ by at most one batch: for evaluation, see docs/guide/training.md, "Distributed training
+            and evaluation").
         device: where batches are delivered: None/"cpu", "cuda", "cuda:1", a torch.device.
         placement: "auto" (on CUDA: the panel on the GPU when it fits, else pinned host memory, else the memmap;
             on the CPU: the memmap), or "device", "pinned", "memmap" to force one. "device" on the CPU is a private
