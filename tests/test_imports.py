@@ -141,3 +141,23 @@ def test_ingest_is_still_the_function():
     import kline_store as ks
     import kline_store.ingest.ingestion  # noqa: F401  (a submodule import must not rebind ks.ingest)
     assert callable(ks.ingest) and ks.ingest.__module__ == "kline_store.ingest.ingestion"
+
+
+def import_graph() -> list[str]:
+    """One line per importing wing (or top-level module): each wing it imports and, across wings, the names of the
+    modules it reaches there. ``pytest -s tests/test_imports.py -k graph`` prints it."""
+    edges: dict[str, dict[str, set[str]]] = {}
+    for key, path in sorted(_files().items()):
+        who = key[0]
+        for dep in _imports(path):
+            if dep[0] == who:
+                continue
+            edges.setdefault(who, {}).setdefault(dep[0], set()).add(".".join(dep[1:]) or "__init__")
+    return [f"{who} -> {wing}: {', '.join(sorted(mods))}" for who in sorted(edges)
+            for wing, mods in sorted(edges[who].items())]
+
+
+def test_print_import_graph():
+    lines = import_graph()
+    assert lines and all(" -> " in line for line in lines)
+    print("\n" + "\n".join(lines))
