@@ -31,15 +31,14 @@ from .chunks import CHUNK_BYTES, DEVICE_CHUNK_BYTES, OrderAhead, batches_per_chu
 from .config import device_kind, first_rank_decides, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
+from .options import DATALOADER_KEYWORDS, LoaderOptions
 from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
 from .sampling import EpochBatches, Tail, padded
 from .states import check_state
 
 Batch = dict[str, torch.Tensor]
 
-# DataLoader keywords accepted for familiarity (the classic recipe passes them as they are).
-_DATALOADER_KWARGS = ("prefetch_factor", "pin_memory", "persistent_workers", "collate_fn", "worker_init_fn",
-                      "multiprocessing_context", "timeout", "in_order", "pin_memory_device")
+_DATALOADER_KWARGS = DATALOADER_KEYWORDS   # the old name
 
 
 class BatchSource(Protocol):
@@ -147,39 +146,47 @@ class KlineLoader:
                  world_size: int | None = None, tail: Tail = "pad", device: Any = None,
                  placement: str = "auto", config: Any = None, backend: str | None = None, order: str = "auto",
                  pool_blocks: int | None = None, block_bytes: int | None = None,
-                 **dataloader_kwargs: Any) -> None:
-        unknown = sorted(set(dataloader_kwargs) - set(_DATALOADER_KWARGS))
-        if unknown:
-            hint = (" (the loader makes its own batches from batch_size, shuffle, seed and drop_last)"
-                    if set(unknown) & {"sampler", "batch_sampler", "generator"} else "")
-            raise InputError(f"loader(): unknown argument(s) {', '.join(unknown)}{hint}")
-        kw = dataloader_kwargs
-        if kw.get("in_order", True) is False:
+                 options: LoaderOptions | None = None, **dataloader_kwargs: Any) -> None:
+        given = LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                 num_workers=num_workers, rank=rank, world_size=world_size, tail=tail, device=device,
+                                 placement=placement, config=config, backend=backend, order=order,
+                                 pool_blocks=pool_blocks, block_bytes=block_bytes, **dataloader_kwargs)
+        if options is None:
+            options = given
+        elif given != LoaderOptions():
+            raise InputError("KlineLoader(options=...): give the options object or keywords, not both "
+                             "(options.replace(...) changes some of them)")
+        self.options = options
+        self._setup(source, options)
+
+    def _setup(self, source: BatchSource, opts: LoaderOptions) -> None:
+        if opts.in_order is False:
             raise InputError("loader(in_order=False): batches would arrive in worker timing order; the loader's "
                              "order must depend only on (seed, epoch, rank, world_size)")
-        rank, world_size = dist_rank_world(rank, world_size)
+        rank, world_size = dist_rank_world(opts.rank, opts.world_size)
         agree_samples(source, rank, world_size)   # before the order is made from its length
         self.source = source
-        self.batch_size = int(batch_size)
+        self.batch_size = int(opts.batch_size)
         self.batch_sampler: EpochBatches | BlockBatches
-        self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
-                                                      world_size, tail, pool_blocks, block_bytes)
-        self._sampler_args = (shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, block_bytes)
+        self.batch_sampler, self.order = make_sampler(source, opts.order, self.batch_size, opts.shuffle, opts.seed,
+                                                      opts.drop_last, rank, world_size, opts.tail, opts.pool_blocks,
+                                                      opts.block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
+        device, placement, num_workers, backend = opts.device, opts.placement, opts.num_workers, opts.backend
         self.device = self._check_device(device)
         cuda = self.device.type == "cuda"
-        cfg, self.config_source = resolve_config(config, source.path, source.window, self.batch_size, self.device)
-        explicit = {"backend": backend, "num_workers": num_workers, "prefetch": kw.get("prefetch_factor"),
-                    "pin_memory": kw.get("pin_memory")}
+        cfg, self.config_source = resolve_config(opts.config, source.path, source.window, self.batch_size, self.device)
+        explicit = {"backend": backend, "num_workers": num_workers, "prefetch": opts.prefetch_factor,
+                    "pin_memory": opts.pin_memory}
         cfg.update({k: v for k, v in explicit.items() if v is not None})
         if any(v is not None for v in explicit.values()):
             cfg, _ = resolve_config(cfg, source.path, source.window, self.batch_size, self.device)
         self.config = cfg
-        self.collate_fn = kw.get("collate_fn")
-        self._worker_options = {k: kw[k] for k in ("worker_init_fn", "multiprocessing_context", "timeout")
-                                if kw.get(k) is not None}
-        self._persistent = kw.get("persistent_workers")
+        self.collate_fn = opts.collate_fn
+        self._worker_options = {k: v for k, v in opts.dataloader_keywords().items()
+                                if k in ("worker_init_fn", "multiprocessing_context", "timeout")}
+        self._persistent = opts.persistent_workers
         self.layout = source.batch_layout
         per_chunk = self._batches_per_chunk() if self.layout is not None else 1
         check_loader_memory(self.order, self.batch_sampler, per_chunk * self.batch_size * _sample_bytes(self.layout),
@@ -371,17 +378,16 @@ class KlineLoader:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
         size = state.get("block_bytes") if state.get("order") == "blocks" else None
-        if self.order == "blocks" and size and self._sampler_args[-1] is None \
+        if self.order == "blocks" and size and self.options.block_bytes is None \
                 and size != getattr(self.batch_sampler, "block_bytes", size):
             self._resample(int(size))
         self.batch_sampler.load_state_dict(state)
 
     def _resample(self, block_bytes: int) -> None:
         """The block order again with blocks of ``block_bytes`` (those of the run a state was saved in)."""
-        shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, _ = self._sampler_args
-        old = self.batch_sampler
-        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, shuffle, seed, drop_last, rank,
-                                             world_size, tail, pool_blocks, block_bytes)
+        o, old = self.options, self.batch_sampler
+        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, o.shuffle, o.seed, o.drop_last,
+                                             old.rank, old.world_size, o.tail, o.pool_blocks, block_bytes)
         if getattr(old, "residency", None) is not None:
             old.residency.close()
         self._orders = OrderAhead(self.batch_sampler)
@@ -404,4 +410,4 @@ def describe_config(loader: KlineLoader) -> str:
             f"pinned {c['pin_memory'] and device_kind(loader.device) == 'cuda'}")
 
 
-__all__ = ["CHUNK_BYTES", "BatchSource", "KlineLoader", "chunk_plan", "describe_config", "dist_rank_world"]
+__all__ = ["CHUNK_BYTES", "BatchSource", "KlineLoader", "LoaderOptions", "chunk_plan", "describe_config", "dist_rank_world"]

@@ -40,6 +40,7 @@ from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, resident_gather, sample_layout
 from .pages import read_rows, release_rows
 from ..feed.loader import KlineLoader, agreed_version
+from ..feed.options import LoaderOptions
 from ..feed.placement import host_available_bytes, readahead
 from ..feed.shm import WorkerRing
 from ..features.plan import field_roles
@@ -474,9 +475,13 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         delivered on ``device``. See :class:`kline_store.feed.loader.KlineLoader` for every option.
 
         Under torch.distributed every rank reads one store version (see :meth:`_agree`)."""
+        return self.loader_with(LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                                 drop_last=drop_last, num_workers=num_workers, **options))
+
+    def loader_with(self, options: LoaderOptions) -> KlineLoader:
+        """The loader of ``options``, every option in one object (:class:`~kline_store.feed.options.LoaderOptions`)."""
         self._agree()
-        return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                           num_workers=num_workers, **options)
+        return KlineLoader(self, options=options)
 
     def __repr__(self) -> str:
         p = self.plan
