@@ -16,8 +16,7 @@ The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,53 +25,21 @@ from ..errors import InputError
 from .agreement import agree_samples
 from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
-from .buffers import Layout
+from .source import BatchLayout as Layout, BatchSource
 from .chunks import CHUNK_BYTES, DEVICE_CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
-from .config import device_kind, first_rank_decides, resolve_config
+from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
 from .options import DATALOADER_KEYWORDS, LoaderOptions
-from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
+from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes
 from .sampling import EpochBatches, Tail, padded
 from .states import check_state
+from ..system.cores import usable_cores
+from ..system.ranks import agreed_version  # noqa: F401  (its old home)
 
 Batch = dict[str, torch.Tensor]
 
 _DATALOADER_KWARGS = DATALOADER_KEYWORDS   # the old name
-
-
-class BatchSource(Protocol):
-    """What the loader needs from a dataset (KlineDataset, CrossSectionDataset)."""
-
-    path: Path
-
-    def __len__(self) -> int: ...
-
-    @property
-    def window(self) -> int: ...
-
-    @property
-    def batch_layout(self) -> Layout | None:
-        """Shape and dtype of one sample per key, when all samples have one shape (chunks, reusable buffers);
-        None when each batch has its own shape (padded cross-sections): then one batch per gather."""
-        ...
-
-    def gather_batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch: ...
-
-    def resident(self, device: torch.device, pin: bool = False) -> Callable[[torch.Tensor], Batch]:
-        """Copy what samples read to ``device`` once; returns ``gather(positions) -> batch`` running there."""
-        ...
-
-    def resident_nbytes(self) -> int: ...
-
-
-def agreed_version(store: Any, version: int) -> int | None:
-    """The store version every rank of the default process group reads (:func:`first_rank_decides`); None
-    outside torch.distributed or with one rank (nothing to agree on yet)."""
-    m = store.manifest   # what stays the same across a store's versions, and tells stores apart on any node
-    first = (m.get("calendar") or [""])[0], (m.get("symbols") or [""])[0]
-    name = f"kline-store/version/{m.get('created_at', '')}/{Path(str(store.path)).name}/{first[0]}/{first[1]}"
-    return first_rank_decides(name, version)
 
 
 def _sample_bytes(layout: Layout | None) -> int:
@@ -316,7 +283,7 @@ class KlineLoader:
     def close(self) -> None:
         """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
         self._host.close()
-        residency = getattr(self.batch_sampler, "residency", None)
+        residency = self.batch_sampler.residency
         if residency is not None:
             residency.close()
 
@@ -365,7 +332,7 @@ class KlineLoader:
         """``{"epoch", "seed", "position", ..., "version"}``: plain values, safe to save with a checkpoint (the
         store version the order was made on, when the source has one)."""
         state = self.batch_sampler.state_dict()
-        version = getattr(self.source, "version", None)
+        version = self.source.version
         return {**state, "version": int(version)} if version is not None else state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -373,13 +340,13 @@ class KlineLoader:
         A state taken on another store version is refused in one line (its order indexes other samples). In the
         block order, blocks sized from the available memory (no ``block_bytes=``) take the saved run's size."""
         state = check_state(state)
-        version = getattr(self.source, "version", None)
+        version = self.source.version
         if state.get("version") is not None and version is not None and state["version"] != version:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
         size = state.get("block_bytes") if state.get("order") == "blocks" else None
         if self.order == "blocks" and size and self.options.block_bytes is None \
-                and size != getattr(self.batch_sampler, "block_bytes", size):
+                and size != self.batch_sampler.block_bytes:
             self._resample(int(size))
         self.batch_sampler.load_state_dict(state)
 
@@ -388,7 +355,7 @@ class KlineLoader:
         o, old = self.options, self.batch_sampler
         self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, o.shuffle, o.seed, o.drop_last,
                                              old.rank, old.world_size, o.tail, o.pool_blocks, block_bytes)
-        if getattr(old, "residency", None) is not None:
+        if old.residency is not None:
             old.residency.close()
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)

@@ -75,7 +75,10 @@ class FeatureWindows(torch.utils.data.Dataset):
             self._names[name] = stored
         return sorted(set(self._names.values()), key=list(store_fields).index)
 
-    # -- the BatchSource protocol (feed/loader.py) -------------------------------------------
+    # -- the BatchSource protocol (feed/source.py) -------------------------------------------
+    block_order_ok = False    # the uniform order only: features are computed per window, not per block
+    keeps_full_index = True
+
     @property
     def path(self) -> Path:
         return self.base.path
