@@ -67,6 +67,15 @@ class BatchSource(Protocol):
 
     def resident_nbytes(self) -> int: ...
 
+    def sample_digest(self) -> str:
+        """The number of samples and a checksum of what they come from: what the ranks compare before the first
+        step (the same on ranks whose datasets hold the same samples)."""
+        ...
+
+    def recount(self) -> None:
+        """Count the samples again from the store, not trusting a cache (the ranks disagreed)."""
+        ...
+
 
 class BlockOrderSource(BatchSource, Protocol):
     """A source the block order can read (``block_order_ok``): its samples in segments of rows, read ahead and
