@@ -35,7 +35,7 @@ LAYERS = {
     "store": ["safefs", "universes", "manifest", "lock", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "writer", "blockwriter", "__init__"],
     "ingest": ["columns", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "sources", "readers", "validate", "sink", "runs", "bars", "barsize", "calnote",
                "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
-    "feed": ["source", "sampling", "options", "states", "agreement", "block_order", "batches", "buffers", "placement",
+    "feed": ["source", "background", "sampling", "options", "states", "agreement", "block_order", "batches", "buffers", "placement",
              "config", "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
     "samples": ["ranges", "spec", "count_cache", "windows", "pages", "segments", "blocks", "day_blocks", "coverage",
                 "transforms", "gather", "dataset", "cross_section", "splits", "feature_windows", "__init__"],
