@@ -183,10 +183,22 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                     sink.rollback(before[0])
                     n_empty, problems = before[1], before[2]
                     sources[i] = again.source
+                except InputError as exc:   # --skip-bad: a file that is not bars, whatever shows it, goes whole
+                    if not skip_bad:
+                        raise
+                    sink.rollback(before[0])
+                    n_empty, problems = before[1], before[2]
+                    if i not in failed:
+                        skipped.append((shown(files[i]), _reason(exc, files[i])))
+                        failed.add(i)
+                    rows = 0
+                    break
             rows_per_file.append(rows)
     finally:
         prog.close()
         sink.close()
+    if sink.n == 0 and skipped:
+        raise InputError(f"no input file holds bars; skipped {len(skipped)}: {skipped[0][0]}: {skipped[0][1]}")
     if sink.n == 0:
         raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
     if strict and problems:
@@ -362,13 +374,14 @@ class Axis:
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None,
-                timezone: str | None = None) -> Axis:
+                timezone: str | None = None, settled: str | None = None) -> Axis:
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
-    day (then the most common gap between a symbol's bars of a day)."""
-    f = TA.parse_freq(freq) if freq is not None else None
+    day (then the most common gap between a symbol's bars of a day). ``settled``: the size grid.settle found
+    and checked (no detection or finer check again)."""
+    f = settled or (TA.parse_freq(freq) if freq is not None else None)
     if f is None:
         f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else TA.DAILY
-    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq else None
+    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "

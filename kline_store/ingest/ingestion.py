@@ -17,7 +17,7 @@ import numpy as np
 
 import dataclasses
 
-from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -113,7 +113,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
     if qlib is not None:
         return built.report(out, time.perf_counter() - t0)
     version, n_bars, bars, symbols, fields, dates, _ = result
-    return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
+    return IngestReport(out, version, len(bars.sources), n_bars, len(symbols), len(dates),
                         str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0,
                         freq=result[-1].get("bar") or result[-1].get("freq", "1d"),
@@ -131,7 +131,9 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
                          symbol_pattern=symbol_pattern, **(read or {}))
     freq, sessions, stamp, timezone = axis_args
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
-    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp, timezone)
+    given = TA.DAILY if long_bar else (TA.parse_freq(freq) if freq is not None else None)
+    bars, settled = grid.settle(bars, given, bool((read or {}).get("skip_bad")))   # one bar size, on its grid
+    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp, timezone, settled)
     if axis.freq == TA.DAILY:
         axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
     elif long_bar:
@@ -185,6 +187,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
         W.discard_uncommitted(out, data["file"])
         raise
     n_bars = len(bars)
+    notes = list(bars.notes)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
-    bars.notes = [note] if note else []
+    bars.notes = notes + ([note] if note else [])
     return version + 1, n_bars, bars, symbols, fields, dates, m

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, panel as P
+from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, grid, panel as P
 from ..store import lock, manifest as mf, safefs, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar
@@ -97,6 +97,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
                          symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad,
                          exclude=tuple(exclude or ()))
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
+    bars = grid.check_append(head, bars, store_dir, skip_bad)   # daily or 5-minute bars into a 1-minute store: no
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None else None
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
@@ -142,7 +143,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq, skipped_files=bars.skipped)
+                        freq=freq, skipped_files=bars.skipped, notes=list(bars.notes))
 
 
 def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> tuple[Plan, dict[str, float]]:
