@@ -10,7 +10,7 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
@@ -20,6 +20,7 @@ from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
+from .options import ReadOptions
 from .. import memory
 from ..progress import Progress
 from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks, without
@@ -131,24 +132,24 @@ def input_fields(sources: list[Source]) -> list[str]:
     return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
 
 
-def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
-              strict: bool = False, quiet: bool = True, spill: Path | None = None,
-              symbol_pattern: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-              exclude: Sequence[str] = ()) -> Bars:
+def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = None, *, quiet: bool = True,
+              spill: Path | None = None) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
+        read: the read options, whole (options.py): ``user_map``, ``strict``, ``symbol_pattern``, ``na`` (cell
+            values that mean "missing" besides the usual ones), ``skip_bad`` (a file that is not bars: ticks,
+            quotes, no date or close, unreadable, or whose first piece fails, is left out and listed in
+            ``Bars.skipped`` instead of stopping the read), ``exclude`` (glob patterns of files to leave out).
         spill: where to spill the bars when they are big (see :func:`spills`); None keeps them in memory.
-        na: cell values that mean "missing" besides the usual ones (``--na``).
-        skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
-            ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
-        exclude: glob patterns of files to leave out (``--exclude``).
     """
-    files = expand_inputs(list(inputs), exclude)
+    read = read or ReadOptions()
+    user_map, strict, skip_bad = dict(read.user_map), read.strict, read.skip_bad
+    files = expand_inputs(list(inputs), read.exclude)
     sources, skipped = [], []
     for f in files:   # all headers before any row
         try:
-            sources.append(inspect_source(f, user_map, symbol_pattern, tuple(na)))
+            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na))
         except InputError as exc:
             if not skip_bad:
                 raise
@@ -374,7 +375,7 @@ class Axis:
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None,
-                timezone: str | None = None, settled: str | None = None) -> Axis:
+                timezone: str | None = None, assume_weekdays: bool = False, settled: str | None = None) -> Axis:
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
     day (then the most common gap between a symbol's bars of a day). ``settled``: the size grid.settle found
     and checked (no detection or finer check again)."""
@@ -391,22 +392,37 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
     if sessions is not None and XC.is_code(sessions):
-        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp),
+        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp,
+                                   where_day(bars, "m"), assume_weekdays),
                     exchange=str(sessions).upper(), timezone=timezone)
     return Axis(f, SE.load(sessions, stamp) if sessions is not None else None, timezone=timezone)
 
 
-def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:
+def where_day(bars: Bars, unit: str) -> Callable[[int], str]:
+    """``where(day)``: the file and line of a bar on (or nearest to) ``day``, for a one-line message."""
+    def where(day: int) -> str:
+        keys = bars.keys(unit)
+        days = keys if unit == "D" else keys // TA.MINUTES_PER_DAY
+        return bars.where(int(np.argmin(np.abs(days - int(day))))) if len(days) else "inputs"
+    return where
+
+
+def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None,
+                   where: Callable[[int], str] | None = None, assume_weekdays: bool = False) -> np.ndarray:
     """A new store's calendar (sorted keys): the union of the bars' keys, a calendar file's dates (daily), or
-    every session bar of every trading date up to the last bar (intraday with a template)."""
+    every session bar of every trading date up to the last bar (intraday with a template).
+
+    ``where(day)`` names the bar of a day in a message about the exchange's calendar; ``assume_weekdays`` takes
+    the exchange's weekdays after the last day the installed exchange_calendars covers (see exchanges.py)."""
     if calendar_file is not None:
         if axis.freq != TA.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
         if XC.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
-            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()))
+            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()), where, assume_weekdays)
         return read_calendar(calendar_file).astype(np.int64)
     if axis.exchange is not None and axis.sessions is not None:
-        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
+        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp, where,
+                                    axis.sessions if assume_weekdays else None)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
     return TA.unique_keys(keys)

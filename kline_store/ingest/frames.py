@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from . import columns as C
 from ..errors import InputError
+from .options import ReadOptions
 
 LABEL = "DataFrame"
 
@@ -58,13 +59,16 @@ def to_polars(frame: Any):
 
 
 @contextlib.contextmanager
-def as_file(frame: Any, symbol: str | None, user_map: dict[str, str] | None) -> Iterator[Path]:
-    """The frame as a Parquet file for the duration of the block; InputErrors name the frame, not the file."""
+def as_file(frame: Any, read: ReadOptions) -> Iterator[Path]:
+    """The frame as a Parquet file for the duration of the block; InputErrors name the frame, not the file.
+
+    The caller reads the file with the same ``read`` options (and its axis options) as any input: the frame
+    takes every option a file takes."""
     df = to_polars(frame)
     if df.height == 0:
         raise InputError(f"{LABEL}: no rows")
-    mapped = C.resolve_columns(list(df.columns), user_map)
-    if "symbol" not in mapped.values() and not symbol:
+    mapped = C.resolve_columns(list(df.columns), dict(read.user_map))
+    if "symbol" not in mapped.values() and not read.symbol:
         raise InputError(f"{LABEL}: no symbol column (columns: {C.preview(list(df.columns))}); pass "
                          f"symbol='NAME' for one symbol's bars, or add a symbol column")
     folder = Path(tempfile.mkdtemp(prefix="kline-frame-"))
