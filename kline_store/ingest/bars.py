@@ -165,7 +165,9 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
     expect = sum(expected_rows(s) for s in sources)
     if spill is not None and not spills(files, expect, len(fields)):
         spill = None
-    sink = Sink(fields, spill, 0 if spill else expect)
+    sink = Sink(fields, spill, 0 if spill else expect, read.round_stamps)
+    for s in sources:
+        s.skip_bad = skip_bad
     problems: list[Problem] = []
     n_empty = 0
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
@@ -184,6 +186,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
                     sink.rollback(before[0])
                     n_empty, problems = before[1], before[2]
                     sources[i] = again.source
+                    sources[i].empty_times = []
                 except InputError as exc:   # --skip-bad: a file that is not bars, whatever shows it, goes whole
                     if not skip_bad:
                         raise
@@ -213,6 +216,10 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
     bars.stamps = sink.distinct()
+    gone = [(s, s.empty_times) for i, s in enumerate(sources) if s.empty_times and i not in failed]
+    if gone:
+        bars.notes.append(f"left out {sum(len(e) for _, e in gone)} row(s) whose time of day is empty (--skip-bad), "
+                          f"first {gone[0][0].where(gone[0][1][0])}")
     return bars
 
 

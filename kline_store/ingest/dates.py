@@ -203,10 +203,12 @@ def _with_clock(stamp: pl.Series, clock: pl.DataFrame, uniq: pl.Series, fail: Ca
                    "a time of day HH:MM[:SS], or 1..12 with AM/PM")
     h = pl.select(pl.when(twelve).then(h % 12 + pl.when(ampm == "PM").then(12).otherwise(0)).otherwise(h)
                   ).to_series()
-    secs = h * 3600 + m * 60 + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64)
+    # a fraction of a second is kept (in ms): a minute file then refuses it, or rounds it with --round-stamps
+    ms = (hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0) * 1000).round(0).cast(pl.Int64)
+    secs = h * 3600 + m * 60 + ms // 1000
     if (secs > 86400).any():
         raise fail(uniq.filter(secs > 86400)[0], "a time of day HH:MM[:SS]")
-    wall = stamp.cast(pl.Int64) + secs * 1000
+    wall = stamp.cast(pl.Int64) + (h * 3600 + m * 60) * 1000 + ms
     zone = clock["zone"]
     if zone.is_null().all():
         return wall.cast(TIME)

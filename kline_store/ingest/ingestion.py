@@ -38,7 +38,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
            exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
@@ -71,6 +71,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         skip_bad: leave out input files that are not bars (ticks, quotes, no date or close) and list them in the
             report, instead of stopping at the first.
         exclude: glob patterns of files to leave out of folders and globs (``*tick*``).
+        round_stamps: stamps with seconds or fractions of a second (``09:31:00.5``) rounded to the nearest
+            minute (half up); without it such a stamp is refused naming its line.
 
     ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
     (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
@@ -85,7 +87,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         IngestReport with counts and the problems found.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude)
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps)
     axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone,
                        assume_weekdays=assume_weekdays)
     return ingest_with(inputs, out, read, axis, Writing(quiet=quiet, capacity=capacity, wait=wait, replace=replace,
@@ -110,7 +112,7 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
     if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read) as path:
+        with FR.as_file(inputs, read, axis.timezone) as path:
             return ingest_with([path], out, read, axis, writing)
     inputs = as_input_list(inputs)
     out = Path(out)

@@ -28,6 +28,7 @@ class ReadOptions:
     na: tuple[str, ...] = ()             # cell values that mean "missing" besides the usual ones
     skip_bad: bool = False               # leave out files that are not bars and list them
     exclude: tuple[str, ...] = ()        # glob patterns of files to leave out of folders and globs
+    round_stamps: bool = False           # stamps with seconds or fractions rounded to the nearest minute
 
     @classmethod
     def of(cls, *, map: Sequence[str] | None = None, user_map: Mapping[str, str] | None = None,

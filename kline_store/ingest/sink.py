@@ -43,8 +43,9 @@ class Sink:
         expect: bars expected (in memory: the columns' first size).
     """
 
-    def __init__(self, fields: list[str], spill: Path | None, expect: int = 0) -> None:
+    def __init__(self, fields: list[str], spill: Path | None, expect: int = 0, round_stamps: bool = False) -> None:
         self.fields = fields
+        self.round_stamps = round_stamps   # --round-stamps: seconds and fractions to the nearest minute
         self.spill = spill
         self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
         self.cols: dict[str, np.ndarray] = {} if spill else self._alloc(max(expect, 1024))
@@ -110,9 +111,13 @@ class Sink:
             m, given = minute[a: a + BLOCK], ms[a: a + BLOCK]
             np.floor_divide(given, 60_000, out=m)
             if (m * 60_000 != given).any():
-                i = a + int(np.flatnonzero(m * 60_000 != given)[0])
-                raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
-                                 f"seconds; bars are whole minutes (1 minute or longer)")
+                if self.round_stamps:
+                    np.floor_divide(given + 30_000, 60_000, out=m)
+                else:
+                    i = a + int(np.flatnonzero(m * 60_000 != given)[0])
+                    raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
+                                     f"seconds; bars are whole minutes (1 minute or longer); --round-stamps "
+                                     f"rounds such stamps to the nearest minute")
             tod = m % TA.MINUTES_PER_DAY
             seen[tod] = True
             self.stamps.add(m)

@@ -42,6 +42,8 @@ class Source:
     typed: bool = True          # numbers parsed by polars' typed reader (False: as text, see readers.py)
     row_bytes: float = 64.0     # bytes per row, about (CSV: from the first rows; Parquet: decoded)
     schema: dict[str, pl.DataType] = field(default_factory=dict)   # a Parquet file's column types
+    skip_bad: bool = False      # --skip-bad: a row whose time of day is empty is left out (and counted), not refused
+    empty_times: list[int] = field(default_factory=list)   # those rows (0-based data rows)
 
     @property
     def symbol_column(self) -> str | None:

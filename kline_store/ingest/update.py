@@ -60,7 +60,7 @@ class Plan:
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
            exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None,
            assume_weekdays: bool = False) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
@@ -73,7 +73,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
         symbol: the symbol of a single input without a symbol column (``--symbol``).
-        na, skip_bad, exclude: as for ``ingest``.
+        na, skip_bad, exclude, round_stamps: as for ``ingest``.
 
     ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
         calendar: a file of trading dates listing the new dates of a store built with a calendar file (its
@@ -87,7 +87,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude)
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps)
     return append_with(store, inputs, read, AxisOptions(calendar=calendar, assume_weekdays=assume_weekdays),
                        dry_run=dry_run, wait=wait, quiet=quiet)
 
@@ -97,7 +97,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
     if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read) as path:
+        with FR.as_file(inputs, read, _store_zone(store)) as path:
             return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
@@ -159,6 +159,14 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
                         freq=freq, skipped_files=bars.skipped, notes=list(bars.notes))
+
+
+def _store_zone(store) -> str | None:
+    """The exchange zone a store records (stamps of a DataFrame in several zones are converted to it), if any."""
+    try:
+        return Axis.of(mf.read_manifest(Path(store))).timezone
+    except Exception:   # no store there, or not a path: append_with says so
+        return None
 
 
 def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None
