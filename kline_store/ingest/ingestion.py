@@ -174,7 +174,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
     # bars.spills); small ones keep them in memory, which is faster.
     spill = W.staging_dir(out) / "bars.spill"
-    with D.exchange_zone(options.timezone):   # stamps with UTC offsets: to the exchange's clock (--timezone)
+    with D.exchange_zone(options.timezone) as moved:   # stamps with UTC offsets: to the exchange's clock (--timezone)
         bars = read_bars(files, read, quiet=writing.quiet, spill=spill)
     freq, calendar, capacity = options.freq, options.calendar, writing.capacity
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
@@ -185,6 +185,9 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
         raise InputError("--assume-weekdays applies with an exchange calendar (--calendar CODE or --sessions CODE)")
     axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume,
                        settled)
+    note_moved = D.moved_note(moved, options.timezone) if axis.freq == TA.DAILY else None
+    if note_moved:   # 2000-01-04 00:00+09:00 with --timezone UTC is a bar of 2000-01-03: said, never silent
+        bars.notes.append(note_moved)
     if axis.freq == TA.DAILY:
         axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar),
                                    exchange=str(calendar).upper() if XC.is_code(calendar) else None)

@@ -106,13 +106,16 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
                                                         read.symbol_pattern))
-    with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
+    with D.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
         bars = read_bars(as_input_list(inputs), read, quiet=quiet)
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
     calendar = options.calendar
     code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
     bars = grid.check_append(head, bars, store_dir, read.skip_bad)   # daily or 5-minute bars into a 1-minute store: no
+    note_moved = D.moved_note(moved, Axis.of(head).timezone) if head.get("freq", TA.DAILY) == TA.DAILY else None
+    if note_moved:
+        bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
     exchange = Exchange.of(head, code, options.assume_weekdays)
