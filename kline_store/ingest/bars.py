@@ -216,6 +216,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
     bars.stamps = sink.distinct()
+    bars.notes.extend(n for i, s in enumerate(sources) if i not in failed for n in s.notes)
     gone = [(s, s.empty_times) for i, s in enumerate(sources) if s.empty_times and i not in failed]
     if gone:
         bars.notes.append(f"left out {sum(len(e) for _, e in gone)} row(s) whose time of day is empty (--skip-bad), "

@@ -1,5 +1,7 @@
-"""Compressed inputs read directly: ``.csv.gz``, ``.csv.zst`` and a ``.zip`` holding one CSV (vendors ship
-minute bars zipped). Told by their first bytes, so a gzip file named ``.csv`` is read too.
+"""Compressed inputs read directly: ``.csv.gz``, ``.csv.zst``, a ``.zip`` or a ``.tar.gz``/``.tgz`` holding one
+CSV (vendors ship minute bars zipped). Told by their first bytes, so a gzip file named ``.csv`` is read too.
+JSON records of bars (``[{"date": ..., "open": ...}, ...]``) and NDJSON (one record a line) are read by polars
+and handed on as CSV text, so they get every check of a CSV (a message names "record N" of a JSON array).
 
 The file is decompressed into memory once and handed to readers.py as UTF-8 bytes (GBK/GB18030 text is
 re-encoded, as for a plain CSV), so every check of a CSV applies and messages name the compressed file's lines.
@@ -8,13 +10,15 @@ re-encoded, as for a plain CSV), so every check of a CSV applies and messages na
 from __future__ import annotations
 
 import gzip
+import tarfile
 import zipfile
 import zlib
 from pathlib import Path
 
 from ..errors import InputError
 
-SUFFIXES = (".csv.gz", ".txt.gz", ".tsv.gz", ".csv.zst", ".csv.zstd", ".txt.zst", ".zip")
+SUFFIXES = (".csv.gz", ".txt.gz", ".tsv.gz", ".csv.zst", ".csv.zstd", ".txt.zst", ".zip", ".tar.gz", ".tgz")
+JSON_SUFFIXES = (".json", ".ndjson", ".jsonl")
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
 _TEXT = (".csv", ".txt", ".tsv")
 
@@ -32,6 +36,8 @@ def kind(path: Path) -> str | None:
 def unpack(path: Path, how: str) -> bytes:
     """The decompressed bytes of ``path``; InputError naming the file when it is damaged or not one CSV."""
     try:
+        if how == "gzip" and _is_tar(path):
+            return _one_from_tar(path)
         if how == "gzip":
             with gzip.open(path, "rb") as fh:
                 return fh.read()
@@ -55,6 +61,65 @@ def unpack(path: Path, how: str) -> bytes:
         raise InputError(f"{path}: cannot decompress ({how}): {' '.join(str(exc).split())[:200]}") from None
 
 
+def _is_tar(path: Path) -> bool:
+    """A gzip file holding a tar archive (``.tar.gz``, ``.tgz``): its name says so, or "ustar" at offset 257."""
+    if path.name.lower().endswith((".tar.gz", ".tgz")):
+        return True
+    with gzip.open(path, "rb") as fh:
+        head = fh.read(512)
+    return head[257:262] == b"ustar"
+
+
+def _one_from_tar(path: Path) -> bytes:
+    """The one CSV inside a gzipped tar archive, as a zip's (InputError naming what it holds otherwise)."""
+    with tarfile.open(path, "r:gz") as t:
+        members = [m for m in t.getmembers() if m.isfile() and not Path(m.name).name.startswith("._")
+                   and not m.name.startswith("__MACOSX/")]
+        texts = [m for m in members if m.name.lower().endswith(_TEXT)]
+        if len(members) != 1 or len(texts) != 1:
+            names = ", ".join(m.name for m in members[:5]) or "nothing"
+            raise InputError(f"{path}: a tar archive is read when it holds one CSV file; it holds {names}"
+                             f"{' ...' if len(members) > 5 else ''} (unpack it and pass the files)")
+        fh = t.extractfile(texts[0])
+        assert fh is not None
+        return fh.read()
+
+
+def is_json(path: Path) -> bool:
+    return path.name.lower().endswith(JSON_SUFFIXES)
+
+
+def json_as_csv(path: Path) -> tuple[str, bytes]:
+    """JSON records of bars, or NDJSON, as CSV text (values as written: polars' shortest round-trip floats), and
+    what was read besides the values ("" or how a date field of epoch numbers was read)."""
+    import polars as pl
+
+    from . import columns as C
+
+    lines = path.name.lower().endswith((".ndjson", ".jsonl"))
+    try:
+        df = pl.read_ndjson(path) if lines else pl.read_json(path)
+    except Exception as exc:   # polars' parse errors name the byte, not the record
+        form = "one JSON record of a bar per line" if lines else 'a JSON array of records ([{"date": ..., ...}])'
+        raise InputError(f"{path}: cannot read as {form} ({' '.join(str(exc).split())[:160]})") from None
+    nested = [c for c, t in df.schema.items() if t.is_nested()]
+    if nested or not df.width:
+        raise InputError(f"{path}: expected records of bars, one value per field ({{\"date\": ..., \"close\": ..."
+                         f"}}); {'fields ' + ', '.join(nested[:4]) + ' hold lists or objects' if nested else 'no field'}"
+                         f" (flatten them first)")
+    if not df.height:
+        raise InputError(f"{path}: file is empty (no record)")
+    said = ""
+    for name, dt in df.schema.items():
+        # pandas' to_json writes datetimes as epoch milliseconds: 13 digits, never a YYYYMMDD[HHMM[SS]] number
+        if dt.is_integer() and C.ALIASES.get(C.normalise(name)) == "date" and df[name].null_count() < df.height:
+            lo, hi = df[name].min(), df[name].max()
+            if 10**12 <= lo and hi < 10**13:   # type: ignore[operator]
+                df = df.with_columns(pl.from_epoch(pl.col(name), time_unit="ms").dt.strftime("%Y-%m-%d %H:%M:%S"))
+                said = f"; field {name!r}: epoch milliseconds (pandas' to_json) read as UTC stamps"
+    return said, df.write_csv().encode()
+
+
 def as_utf8(raw: bytes, path: Path) -> tuple[str, bytes]:
     """(encoding, UTF-8 bytes) of decompressed text: UTF-8 as it is, else GB18030 re-encoded."""
     if raw.startswith(b"\xff\xfe") or raw.startswith(b"\xfe\xff"):
@@ -72,7 +137,10 @@ def as_utf8(raw: bytes, path: Path) -> tuple[str, bytes]:
 
 
 def read(path: Path) -> tuple[str, bytes] | None:
-    """(encoding, UTF-8 bytes) of a compressed CSV, or None for a file that is not compressed."""
+    """(encoding, UTF-8 bytes) of a compressed CSV (or JSON records as CSV), or None for a plain file."""
+    if is_json(path):
+        said, data = json_as_csv(path)
+        return "json" + said, data
     how = kind(path)
     if how is None:
         return None
