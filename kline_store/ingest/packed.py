@@ -5,22 +5,78 @@ and handed on as CSV text, so they get every check of a CSV (a message names "re
 
 The file is decompressed into memory once and handed to readers.py as UTF-8 bytes (GBK/GB18030 text is
 re-encoded, as for a plain CSV), so every check of a CSV applies and messages name the compressed file's lines.
+Decompression streams, a block at a time, up to a share of the memory available (memory.py: the machine's or the
+cgroup's limit): a file whose stated size (a zip's or tar's directory, a gzip's trailer) is larger is refused up
+front, and one that grows past it while decompressing (a gzip bomb: 7.8 MB holding 3 GiB) is refused there, in
+one line naming the file and both sizes; never an OOM kill.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import tarfile
 import zipfile
 import zlib
 from pathlib import Path
 
+from .. import memory
 from ..errors import InputError
 
 SUFFIXES = (".csv.gz", ".txt.gz", ".tsv.gz", ".csv.zst", ".csv.zstd", ".txt.zst", ".zip", ".tar.gz", ".tgz")
 JSON_SUFFIXES = (".json", ".ndjson", ".jsonl")
 _MAGIC = ((b"\x1f\x8b", "gzip"), (b"\x28\xb5\x2f\xfd", "zstd"), (b"PK\x03\x04", "zip"))
 _TEXT = (".csv", ".txt", ".tsv")
+SHARE = 4           # decompressed bytes may take a quarter of the memory available (their parse takes more)
+BLOCK = 1 << 20     # bytes decompressed at a time
+
+
+def budget() -> tuple[int, object]:
+    """(the most bytes a decompressed input may take, the memory available it comes from)."""
+    avail = memory.available()
+    return avail.nbytes // SHARE, avail
+
+
+def _too_big(path: Path, size: int, exact: bool, cap: tuple[int, object]) -> InputError:
+    return InputError(f"{path}: decompresses to {'' if exact else 'more than '}{memory.gib(size)} from "
+                      f"{memory.gib(_size(path))} compressed; a compressed input is read in memory, and this one would "
+                      f"take more than {memory.gib(cap[0])} (a quarter of {cap[1]}): decompress it to a file on disk "
+                      f"and pass that file")
+
+
+def _size(path: Path) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def _drain(fh, path: Path, cap: tuple[int, object]) -> bytes:
+    """Read a decompressing stream a block at a time, refusing it once it passes the budget."""
+    out = bytearray()
+    while True:
+        block = fh.read(BLOCK)
+        if not block:
+            return bytes(out)
+        out += block
+        if len(out) > cap[0]:
+            raise _too_big(path, len(out), False, cap)
+
+
+def _stated(path: Path, size: int, cap: tuple[int, object]) -> None:
+    """A size the archive states (zip, tar, a gzip trailer): refused up front when over the budget."""
+    if size > cap[0]:
+        raise _too_big(path, size, True, cap)
+
+
+def _gzip_trailer(path: Path) -> int:
+    """A gzip file's stated size (its last 4 bytes: the size modulo 4 GiB, of the last member): a hint only."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(-4, os.SEEK_END)
+            return int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
 
 
 def kind(path: Path) -> str | None:
@@ -35,16 +91,18 @@ def kind(path: Path) -> str | None:
 
 def unpack(path: Path, how: str) -> bytes:
     """The decompressed bytes of ``path``; InputError naming the file when it is damaged or not one CSV."""
+    cap = budget()   # once: the memory available shrinks as the bytes come
     try:
         if how == "gzip" and _is_tar(path):
-            return _one_from_tar(path)
+            return _one_from_tar(path, cap)
         if how == "gzip":
+            _stated(path, _gzip_trailer(path), cap)
             with gzip.open(path, "rb") as fh:
-                return fh.read()
+                return _drain(fh, path, cap)
         if how == "zstd":
             import pyarrow as pa   # a dependency already; its zstd codec saves one for us
             with pa.input_stream(str(path), compression="zstd") as fh:
-                return fh.read()
+                return _drain(fh, path, cap)
         with zipfile.ZipFile(path) as z:
             members = [i for i in z.infolist() if not i.is_dir() and not i.filename.startswith("__MACOSX/")]
             texts = [i for i in members if i.filename.lower().endswith(_TEXT)]
@@ -52,7 +110,9 @@ def unpack(path: Path, how: str) -> bytes:
                 names = ", ".join(i.filename for i in members[:5]) or "nothing"
                 raise InputError(f"{path}: a zip archive is read when it holds one CSV file; it holds {names}"
                                  f"{' ...' if len(members) > 5 else ''} (unzip it and pass the files)")
-            return z.read(texts[0])
+            _stated(path, texts[0].file_size, cap)
+            with z.open(texts[0]) as fh:
+                return _drain(fh, path, cap)
     except InputError:
         raise
     except (OSError, EOFError, zlib.error, zipfile.BadZipFile, ValueError, RuntimeError) as exc:
@@ -70,7 +130,7 @@ def _is_tar(path: Path) -> bool:
     return head[257:262] == b"ustar"
 
 
-def _one_from_tar(path: Path) -> bytes:
+def _one_from_tar(path: Path, cap: tuple[int, object]) -> bytes:
     """The one CSV inside a gzipped tar archive, as a zip's (InputError naming what it holds otherwise)."""
     with tarfile.open(path, "r:gz") as t:
         members = [m for m in t.getmembers() if m.isfile() and not Path(m.name).name.startswith("._")
@@ -80,9 +140,10 @@ def _one_from_tar(path: Path) -> bytes:
             names = ", ".join(m.name for m in members[:5]) or "nothing"
             raise InputError(f"{path}: a tar archive is read when it holds one CSV file; it holds {names}"
                              f"{' ...' if len(members) > 5 else ''} (unpack it and pass the files)")
+        _stated(path, texts[0].size, cap)
         fh = t.extractfile(texts[0])
         assert fh is not None
-        return fh.read()
+        return _drain(fh, path, cap)
 
 
 def is_json(path: Path) -> bool:

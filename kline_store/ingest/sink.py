@@ -8,6 +8,7 @@ file that must be read again (readers.Reread) is rolled back to where its bars b
 
 from __future__ import annotations
 
+import errno
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,11 +89,14 @@ class Sink:
         if self.fh:
             cols = {"sym": sym, "minute": minute, "row": row, "file": np.full(k, file_id, dtype=np.uint32),
                     "values": self._values(df)}
-            for name, dtype in COLUMNS:
-                fh = self.fh[name]
-                at = fh.tell()
-                np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
-                _start_writeback(fh, at)
+            try:
+                for name, dtype in COLUMNS:
+                    fh = self.fh[name]
+                    at = fh.tell()
+                    np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
+                    _start_writeback(fh, at)
+            except OSError as exc:
+                raise self._spill_error(exc, k) from None
         else:
             self.cols["sym"][lo:hi] = sym
             self.cols["row"][lo:hi] = row
@@ -124,6 +128,19 @@ class Sink:
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
         # within a day. Decided per file: two daily files may well stamp their days differently.
         self.intraday |= int(np.count_nonzero(seen)) > 1
+
+    def _spill_error(self, exc: OSError, k: int) -> Exception:
+        """A write of the spill files failed: one line naming the store, the bytes and, when it is, a full disk
+        (numpy's short write, "306920 requested and 118048 written", is a full disk too)."""
+        assert self.spill is not None
+        if exc.errno is None and "requested and" in str(exc):
+            exc = OSError(errno.ENOSPC, str(exc))
+        width = sum(np.dtype(d).itemsize * (len(self.fields) if n == "values" else 1) for n, d in COLUMNS)
+        done = self.n * width
+        store = self.spill.parent.parent     # <store>/<staging>/bars.spill
+        return safefs.os_error(exc, store, f"spilling the bars read to {self.spill.parent} ({done:,} bytes spilled, "
+                               f"{k * width:,} more for the next {k:,} bars; the spill takes about "
+                               f"{width} bytes a bar)")
 
     def _values(self, df: pl.DataFrame) -> np.ndarray:
         return df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)
