@@ -236,7 +236,7 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
     else:
         keep = kinds[0] if kinds else None
     if drop_files or drop_groups:
-        bars = _drop(bars, drop_files, drop_groups)
+        bars = drop(bars, drop_files, drop_groups)
         m = measure(bars)
     kept = [f for f in range(len(bars.files)) if f not in drop_files]
     if keep is None:       # no file says: the most common gap of all, as before
@@ -259,7 +259,7 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
     return bars, keep
 
 
-def _drop(bars, files: dict[int, str], groups: list[tuple[int, int]]):
+def drop(bars, files: dict[int, str], groups: list[tuple[int, int]]):
     """The bars without the files (and file symbols) left out; the files listed as skipped."""
     f = np.asarray(bars.file, dtype=np.int64)
     keep = ~np.isin(f, np.asarray(list(files), dtype=np.int64))

@@ -189,7 +189,8 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     if note_moved:   # 2000-01-04 00:00+09:00 with --timezone UTC is a bar of 2000-01-03: said, never silent
         bars.notes.append(note_moved)
     if axis.freq == TA.DAILY:
-        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar),
+        bars, bar = barsize.settle(bars, long_bar, read.skip_bad)   # daily, weekly or monthly: per file and symbol
+        axis = dataclasses.replace(axis, bar=bar,
                                    exchange=str(calendar).upper() if XC.is_code(calendar) else None)
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "

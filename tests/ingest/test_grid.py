@@ -182,3 +182,33 @@ def test_weekly_beside_daily_keeps_its_message(tmp_path):
     d = bars_csv(tmp_path / "d.csv", [t.strftime("%Y-%m-%d") for t in pd.bdate_range("2024-01-02", periods=30)])
     with pytest.raises(InputError, match="weekly bars"):
         ingest([d, w], tmp_path / "s")
+
+
+def test_a_long_file_of_daily_and_weekly_symbols(tmp_path):
+    days = [t.strftime("%Y-%m-%d") for t in pd.bdate_range("2024-01-02", periods=40)]
+    weeks = [t.strftime("%Y-%m-%d") for t in pd.date_range("2024-01-05", periods=12, freq="W-FRI")]
+    a = bars_csv(tmp_path / "a.csv", days, symbol="DAILY")
+    b = bars_csv(tmp_path / "b.csv", weeks, symbol="WEEKLY", seed=1)
+    c = bars_csv(tmp_path / "c.csv", days, symbol="DAILY2", seed=2)
+    both = write(tmp_path / "both.csv", a.read_text() + "".join(b.read_text().splitlines(True)[1:])
+                 + "".join(c.read_text().splitlines(True)[1:]))
+    one_line_refusal(["ingest", str(both), "-o", str(tmp_path / "s")], "both.csv: symbol WEEKLY holds weekly bars (1w)",
+                     "symbol DAILY daily bars (1d)")
+    assert not (tmp_path / "s").exists()
+    rep = ingest([both], tmp_path / "s", skip_bad=True)
+    st = open_store(tmp_path / "s")
+    assert st.symbols == ["DAILY", "DAILY2"] and st.manifest["bar"] == "1d" and st.n_dates == 40
+    assert "WEEKLY (1w)" in rep.skipped_files[0][1]
+    src = pd.read_csv(c)
+    assert np.array_equal(st.array("close")[1], src["close"].to_numpy(np.float32))
+
+
+def test_daily_and_weekly_files_keep_the_majority_with_skip_bad(tmp_path):
+    weeks = [t.strftime("%Y-%m-%d") for t in pd.date_range("2024-01-05", periods=12, freq="W-FRI")]
+    days = [t.strftime("%Y-%m-%d") for t in pd.bdate_range("2024-01-02", periods=40)]
+    files = [bars_csv(tmp_path / f"w{i}.csv", weeks, seed=i) for i in range(2)] + [bars_csv(tmp_path / "d.csv", days)]
+    rep = ingest(files, tmp_path / "s", skip_bad=True)
+    st = open_store(tmp_path / "s")
+    assert st.manifest["bar"] == "1w" and st.symbols == ["w0", "w1"]
+    assert rep.skipped_files == [(str(tmp_path / "d.csv"), "holds daily bars (1d); the store takes the weekly bars "
+                                                         "(1w) most files hold")]
