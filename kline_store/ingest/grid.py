@@ -74,14 +74,30 @@ def _add(store: dict[int, np.ndarray], keys: np.ndarray, vals: np.ndarray, width
     """store[key] += counts of vals per key (files come one after the other: few keys per chunk)."""
     if not len(keys):
         return
-    u, inv = np.unique(keys, return_inverse=True)
-    counts = np.bincount(inv * width + vals, minlength=len(u) * width).reshape(len(u), width)
+    k0, k1 = int(keys.min()), int(keys.max())
+    if k1 - k0 < 64:     # the usual case: one file, or a few, per chunk (no sort)
+        counts = np.bincount((keys - k0) * width + vals, minlength=(k1 - k0 + 1) * width).reshape(-1, width)
+        u = np.flatnonzero(counts.any(axis=1))
+        counts, u = counts[u], u + k0
+    else:
+        u, inv = np.unique(keys, return_inverse=True)
+        counts = np.bincount(inv * width + vals, minlength=len(u) * width).reshape(len(u), width)
     for k, row in zip(u.tolist(), counts):
         acc = store.get(k)
         if acc is None:
             store[k] = row.astype(np.int64)
         else:
             acc += row
+
+
+def _add_one(store: dict[int, np.ndarray], vals: np.ndarray, width: int) -> None:
+    """store[0] += counts of vals (one file)."""
+    if len(vals):
+        counts = np.bincount(vals, minlength=width)
+        if 0 in store:
+            store[0] += counts
+        else:
+            store[0] = counts.astype(np.int64)
 
 
 def measure(bars) -> Measure:
@@ -106,26 +122,44 @@ def _measure(cols, n: int, n_sym: int, n_files: int, day0: int, n_days: int) -> 
     hist: dict[int, np.ndarray] = {}
     tod: dict[int, np.ndarray] = {}
     parts: list[tuple[np.ndarray, ...]] = []
+    one = n_files == 1                               # the usual big input: one file, no file column to read
+    last: list = [None, None]                        # the minutes read for group(), again for time()
+
+    def times(a: int, b: int) -> np.ndarray:
+        if last[0] != (a, b):
+            last[0], last[1] = (a, b), minute(a, b)
+        return last[1]
 
     def group(a: int, b: int) -> np.ndarray:
-        return (file(a, b) * n_sym + sym(a, b)) * n_days + (minute(a, b) // PER_DAY - day0)
+        key = sym(a, b) if one else file(a, b) * n_sym + sym(a, b)
+        return key * n_days + (times(a, b) // PER_DAY - day0)
 
     first = True
-    for c in runs.chunks(n, group, minute, n_files * n_sym * n_days):
-        fs = c.group // n_days                       # file * n_sym + symbol of each bar
-        ok = c.same & (c.d != 0)
-        _add(hist, fs[1:][ok] // n_sym, np.abs(c.d[ok]), PER_DAY + 1)
+    for c in runs.chunks(n, group, times, n_files * n_sym * n_days):
         s = 0 if first else 1                        # a chunk's first bar is the previous chunk's last
         first = False
         t = c.t[s:] % PER_DAY
-        bfs = fs[s:]
-        if not len(bfs):
+        if not len(t):
             continue
-        _add(tod, bfs // n_sym, t, PER_DAY)
-        paired = np.r_[False, ok][s:]
-        seg = np.flatnonzero(np.r_[True, bfs[1:] != bfs[:-1]])
-        parts.append((bfs[seg], np.diff(np.r_[seg, len(bfs)]), np.add.reduceat(paired, seg),
-                      np.minimum.reduceat(t, seg), np.maximum.reduceat(t, seg)))
+        gaps = np.abs(c.d)                           # 0 between groups (and for a repeated stamp): not counted
+        if one:
+            _add_one(hist, gaps, PER_DAY + 1)
+            _add_one(tod, t, PER_DAY)
+        else:
+            fs = c.group // n_days                   # file * n_sym + symbol of each bar
+            ok = gaps > 0
+            _add(hist, fs[1:][ok] // n_sym, gaps[ok], PER_DAY + 1)
+            _add(tod, fs[s:] // n_sym, t, PER_DAY)
+        # per (symbol, day) run of this chunk: bars, pairs (bars - 1, the pair across the chunk's start added)
+        seg = np.flatnonzero(np.r_[True, ~c.same[s:]])
+        nb = np.diff(np.r_[seg, len(t)])
+        pairs = nb - 1
+        if s and c.same[0]:
+            pairs[0] += 1
+        parts.append((c.group[s:][seg] // n_days, nb, pairs, np.minimum.reduceat(t, seg),
+                      np.maximum.reduceat(t, seg)))
+    for h in hist.values():
+        h[0] = 0                                     # pairs of two groups, repeated stamps: no gap
     if not parts:
         z = np.zeros(0, dtype=np.int64)
         return Measure(hist, tod, z, z, z, z, z)
@@ -309,12 +343,12 @@ def off_grid(bars, size: str, times: np.ndarray, skip_bad: bool, on: np.ndarray 
     if not len(idx):
         return bars
     i = int(idx[0])
-    grid = ", ".join(f":{p:02d}" for p in np.flatnonzero(on)[:4] if k <= 60) or f"every {k} minutes"
+    grid = f"minute of the day mod {k} = {', '.join(str(p) for p in np.flatnonzero(on)[:4])}"
     stamp = TA.show(int(bars.minute[i]), "m")
     what = where or f"a {size} store"
     if not skip_bad:
         raise InputError(f"{bars.where(i)}: bar at {stamp} ({bars.names[int(bars.sym[i])]}) is off the grid of "
-                         f"{what} (bars at {grid} past each {k} minutes); {len(idx)} such bar(s) in all; fix "
+                         f"{what} ({grid}); {len(idx)} such bar(s) in all; fix "
                          f"the file, or pass --skip-bad to leave them out")
     keep = np.ones(len(bars), dtype=bool)
     keep[idx] = False
