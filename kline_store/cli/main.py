@@ -133,6 +133,10 @@ def info(store, as_json, per_symbol) -> None:
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     universes = "".join(f"\nuniverse {name} ({_count(u['symbols'], 'symbol')}, {_count(u['members_last_day'], 'member')} "
                         f"on {d['end']}, {_count(u['spans'], 'span')})" for name, u in d["universes"].items())
+    assumed = d.get("assumed_weekdays")
+    calendar = (f"\ncalendar {d['exchange']} (exchange_calendars)" + (
+        f", weekdays assumed {assumed['after']} < date <= {assumed['through']} (holidays unknown)" if assumed else "")
+        if d.get("exchange") else "")
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
                f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
@@ -140,7 +144,7 @@ def info(store, as_json, per_symbol) -> None:
                f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
                f"bars     {d['n_bars']}\n"
-               f"symbols  {shown}{universes}")
+               f"symbols  {shown}{universes}{calendar}")
 
 
 @cli.command(short_help="Write a coarser store from an intraday STORE.")

@@ -25,6 +25,13 @@ READ_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
                                   help="Leave out files whose name or path matches (repeatable).")),
     ("--round-stamps", "round_stamps", dict(is_flag=True, help="Round stamps with seconds or fractions "
                                             "(09:31:00.5) to the nearest minute instead of refusing them.")),
+    ("--date-format", "date_format", dict(metavar="FMT", help="How dates are written, as polars' strftime: "
+                                          "'%d.%m.%Y %H:%M:%S%.f', '%d-%b-%y', '%b %d %Y', '%Y-%m-%d %I-%p'.")),
+    ("--skip-rows", "skip_rows", dict(type=click.IntRange(min=0), metavar="N",
+                                      help="Lines before the header (default: a first line that is no header is "
+                                           "skipped and reported).")),
+    ("--no-header", "no_header", dict(is_flag=True, help="The files have no header line; name the columns with --columns.")),
+    ("--columns", "columns", dict(metavar="A,B,...", help="Column names of headerless files, e.g. date,open,high,low,close,volume.")),
 )
 
 

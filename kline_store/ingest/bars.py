@@ -149,7 +149,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
     sources, skipped = [], []
     for f in files:   # all headers before any row
         try:
-            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na))
+            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na, read=read))
         except InputError as exc:
             if not skip_bad:
                 raise
@@ -216,7 +216,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
     bars.stamps = sink.distinct()
-    bars.notes.extend(n for i, s in enumerate(sources) if i not in failed for n in s.notes)
+    bars.notes = [n for i, s in enumerate(sources) if i not in failed for n in s.notes]   # lines skipped, close-only
     gone = [(s, s.empty_times) for i, s in enumerate(sources) if s.empty_times and i not in failed]
     if gone:
         bars.notes.append(f"left out {sum(len(e) for _, e in gone)} row(s) whose time of day is empty (--skip-bad), "

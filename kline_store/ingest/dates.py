@@ -12,6 +12,8 @@ a typo, and a calendar stretched to it would reserve room for centuries of days.
 
 from __future__ import annotations
 
+import re
+
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -61,6 +63,15 @@ def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Serie
     return out.alias("date")
 
 
+def with_format(text: pl.Expr, fmt: str) -> pl.Expr:
+    """Stamps read from text with a strftime format as polars (chrono) takes it (``%.f`` fractions, ``%I``/``%p``
+    12-hour clocks, ``%b`` month names); null where a cell does not match. An hour without minutes
+    (``2019-10-17 09-AM``: polars wants both) gets a zero minute added to the cell and the format."""
+    if re.search(r"%[HIkl]", fmt) and not re.search(r"%[MRTX]", fmt):
+        text, fmt = text + "\x1f00", fmt + "\x1f%M"
+    return text.str.strptime(TIME, fmt, strict=False)
+
+
 def parse_days(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
     """A column of dates (a calendar file): the date part of :func:`parse_dates`."""
     return parse_dates(raw, path, column, line).dt.date()
@@ -73,8 +84,24 @@ def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path,
     if out.any():
         j = int(np.flatnonzero(out)[0])
         i = (raw == uniq[j]).arg_max()
-        raise InputError(f"{path}: {line(i)}: date {parsed[j]} ({uniq[j]!r}) in column {column!r} is outside "
+        value, got = str(uniq[j]), parsed[j]
+        if f"{got.year:04d}" not in value:   # "19-Sep-03" read as year 3: the format was guessed wrong
+            raise InputError(f"{path}: {line(i)}: date {value!r} in column {column!r}: its format could not be read "
+                             f"(a guess gives {got}); pass --date-format FMT, e.g. {_suggest(value)!r}")
+        raise InputError(f"{path}: {line(i)}: date {got} ({uniq[j]!r}) in column {column!r} is outside "
                          f"{FIRST_DAY}..{LAST_DAY}")
+
+
+def _suggest(value: str) -> str:
+    """A --date-format for a date whose year is written with two digits or a month by name, as an example."""
+    sep = next((c for c in value if not c.isalnum()), "-")
+    parts = value.split(sep)
+    names = ["%b" if p.isalpha() else "%d" for p in parts]
+    if len(parts) == 3:
+        names[-1] = "%y" if len(parts[-1]) == 2 else "%Y"
+        if parts[0].isalpha():
+            names[:2] = ["%b", "%d"]
+    return sep.join(names)
 
 
 def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -63,7 +64,8 @@ def covered(code: str) -> tuple[int | None, int | None]:
         factory = dispatcher._calendar_factories[dispatcher.resolve_alias(code.upper())]
     except Exception:   # the registry's layout is private: fall back on an instance
         factory = type(xc.get_calendar(code.upper()))
-    return _day(factory.bound_min()), _day(factory.bound_max())
+    none = lambda: None   # noqa: E731 (a library version without bounds)
+    return _day(getattr(factory, "bound_min", none)()), _day(getattr(factory, "bound_max", none)())
 
 
 def _version() -> str:
@@ -79,16 +81,21 @@ def _at(where: Callable[[int], str] | None, day: int) -> str:
     return f"{where(day)}: " if where is not None else ""
 
 
-def beyond_cover(code: str, last_covered: int, day: int, where: Callable[[int], str] | None = None) -> BeyondCover:
+def beyond_cover(code: str, last_covered: int, day: int, where: Callable[[int], str] | None = None,
+                 intraday: bool = False) -> BeyondCover:
     """The one line for dates past the installed library's last covered day, with the ways out."""
+    instead = ("or --sessions TEMPLATE|FILE for a new store" if intraday
+               else "or pass --calendar FILE listing the trading dates")
     return BeyondCover(
         f"{_at(where, day)}{_show(day)} is after {_show(last_covered)}, the last day whose {code.upper()} holidays "
         f"exchange_calendars {_version()} records: ways out: upgrade exchange_calendars (pip install -U "
-        f"exchange_calendars), or pass --calendar FILE listing the trading dates, or --assume-weekdays (the "
-        f"exchange's weekdays after {_show(last_covered)}, holidays unknown, marked in the manifest); nothing stored")
+        f"exchange_calendars), {instead}, or --assume-weekdays (the exchange's weekdays after "
+        f"{_show(last_covered)}{', with its usual sessions' if intraday else ''}, holidays unknown, marked in the "
+        f"manifest); nothing stored")
 
 
-def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None) -> Any:
+def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None,
+              intraday: bool = False) -> Any:
     """The library's calendar over [first_day, last_day]; one line naming the bar (``where(day)``) for dates
     outside what the library records."""
     xc = _library(code)
@@ -99,7 +106,7 @@ def _calendar(code: str, first_day: int, last_day: int, where: Callable[[int], s
                          f"holidays exchange_calendars {_version()} records; leave the earlier bars out or pass "
                          f"--calendar FILE")
     if hi is not None and last_day > hi:
-        raise beyond_cover(code, hi, last_day, where)
+        raise beyond_cover(code, hi, last_day, where, intraday)
     # A margin before the first day, so that a first day that is no session (a holiday) still lies inside.
     start = first_day - 7 if lo is None else max(first_day - 7, lo)
     end = max(int(last_day), start + 1)   # the library wants start < end
@@ -176,7 +183,7 @@ def _local_minutes(col: Any, tz: Any) -> np.ndarray:
 def session_table(code: str, first_day: int, last_day: int, where: Callable[[int], str] | None = None
                   ) -> dict[str, np.ndarray]:
     """Per session: its day and its open, close and (lunch) break, in local minutes since 1970 (-1: no break)."""
-    cal = _calendar(code, first_day, last_day, where)
+    cal = _calendar(code, first_day, last_day, where, intraday=True)
     sched = cal.schedule.loc[str(np.datetime64(int(first_day), "D")): str(np.datetime64(int(last_day), "D"))]
     out = {"day": sched.index.values.astype("datetime64[D]").astype(np.int64)}
     for col in ("open", "close", "break_start", "break_end"):
@@ -249,3 +256,40 @@ def intraday_calendar(keys: np.ndarray, code: str, freq: str, stamp: str, where:
         out.append((assumed[:, None] * TA.MINUTES_PER_DAY + usual.day_stamps(freq)[None, :]).reshape(-1))
     cal = np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64)
     return cal[cal <= k.max()]
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The exchange calendar an append follows: the store's (--calendar CODE / --sessions CODE at ingest) or
+    one given to this append (--calendar CODE, a daily store), and whether days past the library's last
+    covered day are assumed to be weekdays (--assume-weekdays, or a store already marked so)."""
+
+    code: str | None
+    given: bool = False
+    assume_weekdays: bool = False
+
+    @classmethod
+    def of(cls, manifest: dict, code: str | None, assume_weekdays: bool) -> Exchange:
+        src = manifest.get("calendar_source")
+        stored = manifest.get("exchange") or (str(src).upper() if not manifest.get("sessions") and code_like(src)
+                                              else None)
+        if code and stored and code != stored:
+            raise InputError(f"--calendar {code}: the store follows the {stored} calendar")
+        assume = assume_weekdays or bool(manifest.get("assumed_weekdays"))
+        if assume_weekdays and not (code or stored):
+            raise InputError("--assume-weekdays applies to a store that follows an exchange calendar (ingested "
+                             "with --calendar CODE or --sessions CODE) or with --calendar CODE")
+        return cls(code or stored, bool(code), assume)
+
+    def marks(self, manifest: dict, cal: np.ndarray, unit: str, daily: bool) -> dict:
+        """What the new version records of the exchange it follows: its code, and the days assumed weekdays."""
+        if self.code is None:
+            return {}
+        out = {"exchange": self.code} if daily else {}
+        if self.given:
+            out["calendar_source"] = self.code
+        if self.assume_weekdays:
+            mark = assumed(self.code, cal, unit, manifest.get("assumed_weekdays"))
+            if mark:
+                out["assumed_weekdays"] = mark
+        return out

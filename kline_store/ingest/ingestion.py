@@ -39,7 +39,9 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
-           exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False) -> IngestReport:
+           exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False,
+           date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
+           columns: Sequence[str] | str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -82,12 +84,21 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         assume_weekdays: with ``calendar`` or ``sessions`` an exchange code: dates after the last day whose
             holidays the installed exchange_calendars records are the exchange's weekdays (holidays unknown),
             marked in the manifest (``assumed_weekdays``), instead of an error.
+        date_format: how the date column is written, as a strftime format polars (chrono) takes: ``%.f``
+            fractions, ``%I``/``%p`` 12-hour clocks, ``%b`` month names ("%d.%m.%Y %H:%M:%S%.f", "%d-%b-%y",
+            "%b %d %Y", "%Y-%m-%d %I-%p"); a separate time column is joined to the date with a space first.
+            Recorded in the manifest: appends reuse it.
+        skip_rows: lines before the header. Default: a first line that names no date and close column (a
+            comment, a vendor's URL line) is skipped when a header follows within a few lines, and reported.
+        no_header, columns: the files have no header line; ``columns`` names their columns in order
+            (``["date", "open", ...]`` or ``"date,open,..."``).
 
     Returns:
         IngestReport with counts and the problems found.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps)
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
+                          date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
     axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone,
                        assume_weekdays=assume_weekdays)
     return ingest_with(inputs, out, read, axis, Writing(quiet=quiet, capacity=capacity, wait=wait, replace=replace,
@@ -239,6 +250,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
                                 (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,
                                 **({"assumed_weekdays": assumed} if assumed else {}),
+                                **({"date_format": read.date_format} if read.date_format else {}),
                                 "adj_last_factor": adjust.state_list(last_factor),
                                 "adj_rebase": adjust.state_list(divisors)})
     try:

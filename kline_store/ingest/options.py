@@ -29,15 +29,22 @@ class ReadOptions:
     skip_bad: bool = False               # leave out files that are not bars and list them
     exclude: tuple[str, ...] = ()        # glob patterns of files to leave out of folders and globs
     round_stamps: bool = False           # stamps with seconds or fractions rounded to the nearest minute
+    date_format: str | None = None       # strftime format of the date column, as polars takes it
+    skip_rows: int | None = None         # lines before the header; None: a first line that is no header is found
+    no_header: bool = False              # the file has no header line: ``columns`` names its columns
+    columns: tuple[str, ...] = ()        # the column names of a headerless file
 
     @classmethod
     def of(cls, *, map: Sequence[str] | None = None, user_map: Mapping[str, str] | None = None,
            **keywords: Any) -> ReadOptions:
         """From ``ingest``/``append`` keywords: ``map`` (``["SRC=DST", ...]``) merged over ``user_map``."""
         merged = {**dict(user_map or {}), **columns.parse_mapping(map)}
-        for name in ("na", "exclude"):
+        for name in ("na", "exclude", "columns"):
             if name in keywords:
-                keywords[name] = tuple(keywords[name] or ())
+                value = keywords[name] or ()
+                if name == "columns" and isinstance(value, str):   # "date,open,..." as on the command line
+                    value = [c.strip() for c in value.split(",")]
+                keywords[name] = tuple(value)
         return cls(user_map=merged, **keywords)
 
     def replace(self, **changes: Any) -> ReadOptions:

@@ -62,7 +62,9 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
            symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
            exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None,
-           assume_weekdays: bool = False) -> IngestReport:
+           assume_weekdays: bool = False,
+           date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
+           columns: Sequence[str] | str | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -82,12 +84,15 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
             ``calendar="XSHG"`` or ``sessions="XSHG"`` takes the exchange's next sessions without it.
         assume_weekdays: past the last day whose holidays the installed exchange_calendars records, take the
             exchange's weekdays (holidays unknown; marked in the manifest, and kept by later appends).
+        date_format, skip_rows, no_header, columns: as for ``ingest``; without ``date_format``, the store's own
+            (recorded by the ingest that used one).
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps)
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
+                          date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
     return append_with(store, inputs, read, AxisOptions(calendar=calendar, assume_weekdays=assume_weekdays),
                        dry_run=dry_run, wait=wait, quiet=quiet)
 
@@ -103,11 +108,19 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
+    if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest
+        read = read.replace(date_format=head["date_format"])
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
                                                         read.symbol_pattern))
     with D.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
-        bars = read_bars(as_input_list(inputs), read, quiet=quiet)
+        try:
+            bars = read_bars(as_input_list(inputs), read, quiet=quiet)
+        except InputError as exc:
+            if "--date-format" in str(exc) and read.date_format == head.get("date_format"):
+                raise InputError(f"{exc} (the store's, recorded at ingest; pass --date-format FMT for this "
+                                 f"file's dates)") from None
+            raise
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
     calendar = options.calendar
     code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
@@ -118,7 +131,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
         bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
-    exchange = Exchange.of(head, code, options.assume_weekdays)
+    exchange = XC.Exchange.of(head, code, options.assume_weekdays)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars, extra_cal, exchange)
@@ -130,6 +143,8 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                 W.prepare(store_dir, old.manifest)
                 plan, rebase = _plan(old, bars, extra_cal, exchange)
                 plan.calendar_source = str(calendar) if calendar is not None else None
+                if read.date_format:
+                    plan.marks["date_format"] = read.date_format
                 committed = old.manifest
                 try:
                     if plan.mode == "tail":
@@ -172,7 +187,7 @@ def _store_zone(store) -> str | None:
         return None
 
 
-def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None
+def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None
           ) -> tuple[Plan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
@@ -191,30 +206,6 @@ def calendar_file_of(manifest: dict) -> str | None:
     return str(src)
 
 
-@dataclass(frozen=True)
-class Exchange:
-    """The exchange calendar an append follows: the store's (--calendar CODE / --sessions CODE at ingest) or
-    one given to this append (--calendar CODE, a daily store), and whether days past the library's last
-    covered day are assumed to be weekdays (--assume-weekdays, or a store already marked so)."""
-
-    code: str | None
-    given: bool = False
-    assume_weekdays: bool = False
-
-    @classmethod
-    def of(cls, manifest: dict, code: str | None, assume_weekdays: bool) -> Exchange:
-        src = manifest.get("calendar_source")
-        stored = manifest.get("exchange") or (str(src).upper() if not manifest.get("sessions") and XC.code_like(src)
-                                              else None)
-        if code and stored and code != stored:
-            raise InputError(f"--calendar {code}: the store follows the {stored} calendar")
-        assume = assume_weekdays or bool(manifest.get("assumed_weekdays"))
-        if assume_weekdays and not (code or stored):
-            raise InputError("--assume-weekdays applies to a store that follows an exchange calendar (ingested "
-                             "with --calendar CODE or --sessions CODE) or with --calendar CODE")
-        return cls(code or stored, bool(code), assume)
-
-
 def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: str) -> None:
     """The rule ingest applies: a bar whose key is not in the store's calendar is an error naming it."""
     outside = ~np.isin(days, cal)
@@ -225,10 +216,10 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
                          f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
 
 
-def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: Exchange | None = None) -> Plan:
+def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
-    exchange = exchange or Exchange.of(old.manifest, None, False)
+    exchange = exchange or XC.Exchange.of(old.manifest, None, False)
     where = where_day(bars, axis.unit)
     if axis.freq == TA.DAILY and bars.intraday:
         size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
@@ -309,27 +300,13 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchan
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
         return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
-    marks = _exchange_marks(old.manifest, exchange, cal, axis) if calendar is None else {}
+    marks = exchange.marks(old.manifest, cal, axis.unit, axis.sessions is None) if calendar is None else {}
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
     return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
                 reason or "new days/symbols only", source, marks=marks)
-
-
-def _exchange_marks(manifest: dict, exchange: Exchange, cal: np.ndarray, axis: Axis) -> dict:
-    """What the new version records of the exchange it follows: its code, and the days assumed weekdays."""
-    if exchange.code is None:
-        return {}
-    marks = {"exchange": exchange.code} if axis.sessions is None else {}
-    if exchange.given:
-        marks["calendar_source"] = exchange.code
-    if exchange.assume_weekdays:
-        mark = XC.assumed(exchange.code, cal, axis.unit, manifest.get("assumed_weekdays"))
-        if mark:
-            marks["assumed_weekdays"] = mark
-    return marks
 
 
 def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
@@ -442,7 +419,7 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
              "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
-             **({"assumed_weekdays": m["assumed_weekdays"]} if m.get("assumed_weekdays") else {}), **plan.marks}
+             **{k: m[k] for k in ("assumed_weekdays", "date_format") if m.get(k)}, **plan.marks}
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:

@@ -214,6 +214,8 @@ class Store:
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
             "freq": self.freq, "bar": self.bar, "timezone": m.get("timezone", "exchange-local, naive"),
             "sessions": m.get("sessions"),
+            "calendar": m.get("calendar_source"), "exchange": m.get("exchange"),
+            "assumed_weekdays": m.get("assumed_weekdays"), "date_format": m.get("date_format"),
             "universes": {u: self.membership(u).summary() for u in self.universes},
         }
 

@@ -102,6 +102,8 @@ def test_at_the_xshg_bound_one_line_then_the_ways_out(tmp_path):
     assert r.returncode == 0, r.stderr
     m = json.loads((store / "manifest.json").read_text())
     assert m["assumed_weekdays"]["after"] == _show(hi) and m["assumed_weekdays"]["through"] == nxt[1]
+    assert f"calendar XSHG (exchange_calendars), weekdays assumed {_show(hi)} < date <= {nxt[1]}" in \
+        run_cli("info", str(store)).stdout
     third = _show(XC.weekdays("XSHG", _day(nxt[1]) + 1, _day(nxt[1]) + 7)[0])
     append(store, [_csv(tmp_path / "e.csv", [third], 70)], symbol="A")
     st = open_store(store)
@@ -161,6 +163,7 @@ def test_sessions_store_at_the_xshg_bound(tmp_path):
     r = run_cli(*["append", str(tmp_path / "s"), str(b), "--symbol", "A"])
     assert r.returncode == 1 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert f"is after {_show(hi)}" in r.stderr and "--assume-weekdays" in r.stderr
+    assert "--calendar FILE" not in r.stderr and "usual sessions" in r.stderr     # no calendar file intraday
     assert _digest(tmp_path / "s") == before
     append(tmp_path / "s", [b], symbol="A", assume_weekdays=True)
     st = open_store(tmp_path / "s")

@@ -23,7 +23,8 @@ SAMPLE = {"calendar": "cal.csv", "user_map": {"px": "close"}, "map": ["px2=open"
           "capacity": 77, "wait": 1.5, "replace": True, "symbol_pattern": r"(\w+)", "freq": "1d",
           "sessions": "us", "stamp": "start", "instruments": "csi300", "symbol": "AAA", "na": ["."],
           "skip_bad": True, "exclude": ["*nothing*"], "timezone": "Asia/Shanghai", "dry_run": True,
-          "assume_weekdays": True, "round_stamps": True}
+          "assume_weekdays": True, "date_format": "%d-%b-%y", "skip_rows": 2, "no_header": True,
+          "columns": ["date", "close"], "round_stamps": True}
 
 
 class Reached(Exception):
