@@ -158,6 +158,11 @@ def json_as_csv(path: Path) -> tuple[str, bytes]:
     from . import columns as C
 
     lines = path.name.lower().endswith((".ndjson", ".jsonl"))
+    cap = budget()
+    if _size(path) > cap[0]:   # read whole, parsed and written again as text: several times its size in memory
+        raise InputError(f"{path}: JSON of {memory.gib(_size(path))}; JSON records are read in memory, and this file "
+                         f"would take more than {memory.gib(cap[0])} (a quarter of {cap[1]}): convert it to CSV or "
+                         f"Parquet first")
     try:
         df = pl.read_ndjson(path) if lines else pl.read_json(path)
     except Exception as exc:   # polars' parse errors name the byte, not the record

@@ -122,3 +122,10 @@ def test_a_full_disk_while_the_bars_spill_is_named(tmp_path, small_disk, monkeyp
                                                r"spilled.*nothing was changed"):
         ingest([src], small_disk / "s", replace=True)
     assert tree(small_disk / "s") == before and open_store(small_disk / "s").n_symbols == 1
+
+
+def test_a_json_file_over_the_budget_is_refused(tmp_path, monkeypatch):
+    p = write(tmp_path / "a.json", '[{"date": "2024-01-02", "close": 1.0}]' + " " * 4096)
+    monkeypatch.setattr(packed, "budget", lambda: (1024, "4 KiB available (test)"))
+    with pytest.raises(KlineStoreError, match=r"a.json: JSON of 4 KiB; JSON records are read in memory"):
+        ingest([p], tmp_path / "s")
