@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, exchanges as XC, runs
+from . import adjust, columns as C, dates as D, exchanges as XC, runs
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
@@ -237,11 +237,17 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
     prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
     share = _Share(prog, src.path)
     flags = {"_quality": quality_flags(src.fields, prices)}   # computed by polars as it reads the file
+    moved = _moved_expr(src)
+    if moved is not None:
+        flags["_moved"] = moved
+        flags["_wall"] = pl.col("_date_raw").dt.replace_time_zone(None)   # the stamp as written, for the note
     for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share, flags):
         rows += df.height
         q = df["_quality"].to_numpy()
         seen = int(np.bitwise_or.reduce(q)) if len(q) else 0
         df = without(df, "_quality")
+        if moved is not None:
+            df = _note_moved(df, src)
         if seen & 1:        # no price at all: no bar
             empty = (q & 1) != 0
             n_empty += int(empty.sum())
@@ -253,6 +259,28 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
         prog.step(0, note=f"{src.path.name}: {rows:,} rows")
     share.finish()
     return rows, n_empty, problems
+
+
+def _moved_expr(src: Source) -> pl.Expr | None:
+    """A zone-aware Parquet (or DataFrame) date column converted to the exchange's clock: whether a row's date
+    moved (its own wall clock's date against the converted one), computed as polars reads the file."""
+    dt = src.schema.get(src.date_column) if src.schema else None
+    if D.ZONE.get() is None or src.date_format is not None or not isinstance(dt, pl.Datetime) or not dt.time_zone:
+        return None
+    return pl.col("_date_raw").dt.replace_time_zone(None).dt.date() != pl.col("_date_fast").dt.date()
+
+
+def _note_moved(df: pl.DataFrame, src: Source) -> pl.DataFrame:
+    """Record the rows of a chunk whose date the conversion moved (dates.moved_note reports them)."""
+    mv = df["_moved"].fill_null(False)
+    acc = D.MOVED.get()
+    if acc is not None and mv.any():
+        j = int(mv.arg_max())
+        zone = src.schema[src.date_column].time_zone   # type: ignore[union-attr]
+        acc[(str(src.path), int(df["_row"][0]))] = (int(mv.sum()), f"{df['_wall'][j]} {zone}",
+                                                     f"{shown(src.path)} {location(src.path, df['_row'][j])}",
+                                                     str(df["date"][j]))
+    return without(df, "_moved", "_wall")
 
 
 def _reason(exc: InputError, path: Path) -> str:

@@ -76,3 +76,17 @@ def test_an_intraday_conversion_is_not_a_moved_date(tmp_path):
     p = write(tmp_path / "m.csv", "dt,close\n" + "".join(f"2024-01-02 08:{m}:00+09:00,1\n" for m in range(30, 40)))
     rep = ingest([p], tmp_path / "s", timezone="UTC")
     assert open_store(tmp_path / "s").freq == "1min" and not rep.notes
+
+
+def test_a_zone_aware_column_moved_by_the_conversion_is_reported(tmp_path):
+    idx = pd.date_range("2000-01-04", periods=3, freq="D", tz="Asia/Tokyo")
+    df = pd.DataFrame({"close": [1.0, 2.0, 3.0]}, index=idx)
+    rep = ingest(df, tmp_path / "utc", symbol="X", timezone="UTC")
+    note = next(n for n in rep.notes if n.startswith("--timezone UTC"))
+    assert note.startswith("--timezone UTC: 3 bar(s) stored on another date than written")
+    assert "'2000-01-04 00:00:00 Asia/Tokyo' (DataFrame row 1) is 2000-01-03 15:00 there" in note
+    assert [str(d) for d in open_store(tmp_path / "utc").dates] == ["2000-01-03", "2000-01-04", "2000-01-05"]
+    df.rename_axis("date").reset_index().to_parquet(tmp_path / "jp.parquet")
+    rep = ingest([tmp_path / "jp.parquet"], tmp_path / "pq", timezone="UTC")
+    assert any("jp.parquet row 1" in n for n in rep.notes)
+    assert not ingest(df, tmp_path / "tokyo", symbol="X", timezone="Asia/Tokyo").notes
