@@ -33,7 +33,7 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 LAYERS = {
     "system": ["indexes", "cores", "background", "pages", "ranks", "__init__"],
     "store": ["safefs", "universes", "manifest", "lock", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "writer", "blockwriter", "__init__"],
-    "ingest": ["columns", "options", "preamble", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "sources", "readers", "validate", "sink", "runs", "bars", "barsize", "calnote",
+    "ingest": ["columns", "options", "preamble", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "wide", "sources", "readers", "validate", "sink", "runs", "bars", "grid", "barsize", "calnote",
                "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["source", "background", "sampling", "options", "states", "agreement", "block_order", "batches", "buffers", "placement",
              "config", "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],

@@ -154,10 +154,13 @@ def info(store, as_json, per_symbol) -> None:
               help="Bar size: 5min, 15min, 30min, 60min, ..., 1d; 1w or 1mo from a daily store.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
-def resample(store, out, freq, replace, wait) -> None:
+@click.option("--stamp", type=click.Choice(["start", "end"]), default=None,
+              help="How STORE's bars are stamped, and so the new ones: by their start (16:00 holds 16:00-16:04 "
+                   "in 5min) or their end; default the store's own (its sessions', else end).")
+def resample(store, out, freq, replace, wait, stamp) -> None:
     """Write a coarser store (5min .. 60min, or 1d) from an intraday STORE: OHLCV aggregated exactly."""
     from ..ingest.resample import resample as run
-    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait).lines()))
+    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait, stamp=stamp).lines()))
 
 
 @cli.command(short_help="Check STORE's manifest, sizes and checksums.")

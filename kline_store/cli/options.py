@@ -23,6 +23,8 @@ READ_FLAGS: tuple[tuple[str, str, dict[str, Any]], ...] = (
     ("--skip-bad", "skip_bad", dict(is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")),
     ("--exclude", "exclude", dict(multiple=True, metavar="GLOB",
                                   help="Leave out files whose name or path matches (repeatable).")),
+    ("--round-stamps", "round_stamps", dict(is_flag=True, help="Round stamps with seconds or fractions "
+                                            "(09:31:00.5) to the nearest minute instead of refusing them.")),
     ("--date-format", "date_format", dict(metavar="FMT", help="How dates are written, as polars' strftime: "
                                           "'%d.%m.%Y %H:%M:%S%.f', '%d-%b-%y', '%b %d %Y', '%Y-%m-%d %I-%p'.")),
     ("--skip-rows", "skip_rows", dict(type=click.IntRange(min=0), metavar="N",

@@ -18,7 +18,7 @@ import numpy as np
 import dataclasses
 from dataclasses import dataclass
 
-from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
 from ..store import writer as W
@@ -38,7 +38,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
            exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False,
            date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
            columns: Sequence[str] | str | None = None) -> IngestReport:
@@ -73,6 +73,8 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         skip_bad: leave out input files that are not bars (ticks, quotes, no date or close) and list them in the
             report, instead of stopping at the first.
         exclude: glob patterns of files to leave out of folders and globs (``*tick*``).
+        round_stamps: stamps with seconds or fractions of a second (``09:31:00.5``) rounded to the nearest
+            minute (half up); without it such a stamp is refused naming its line.
 
     ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
     (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
@@ -95,7 +97,7 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         IngestReport with counts and the problems found.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude,
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
                           date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
     axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone,
                        assume_weekdays=assume_weekdays)
@@ -121,7 +123,7 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
     if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read) as path:
+        with FR.as_file(inputs, read, axis.timezone) as path:
             return ingest_with([path], out, read, axis, writing)
     inputs = as_input_list(inputs)
     out = Path(out)
@@ -149,7 +151,7 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     if qlib is not None:
         return built.report(out, time.perf_counter() - t0)
     bars, dates, m = result.bars, result.dates, result.manifest
-    return IngestReport(out, result.version, len(bars.files), result.n_bars, len(result.symbols), len(dates),
+    return IngestReport(out, result.version, len(bars.sources), result.n_bars, len(result.symbols), len(dates),
                         str(dates[0]), str(dates[-1]), result.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0,
                         freq=m.get("bar") or m.get("freq", "1d"),
@@ -183,16 +185,23 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
     # bars.spills); small ones keep them in memory, which is faster.
     spill = W.staging_dir(out) / "bars.spill"
-    with D.exchange_zone(options.timezone):   # stamps with UTC offsets: to the exchange's clock (--timezone)
+    with D.exchange_zone(options.timezone) as moved:   # stamps with UTC offsets: to the exchange's clock (--timezone)
         bars = read_bars(files, read, quiet=writing.quiet, spill=spill)
     freq, calendar, capacity = options.freq, options.calendar, writing.capacity
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
+    given = TA.DAILY if long_bar else (TA.parse_freq(freq) if freq is not None else None)
+    bars, settled = grid.settle(bars, given, read.skip_bad)   # one bar size, on its grid
     assume = options.assume_weekdays
     if assume and not (XC.is_code(calendar) or XC.is_code(options.sessions)):
         raise InputError("--assume-weekdays applies with an exchange calendar (--calendar CODE or --sessions CODE)")
-    axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume)
+    axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume,
+                       settled)
+    note_moved = D.moved_note(moved, options.timezone) if axis.freq == TA.DAILY else None
+    if note_moved:   # 2000-01-04 00:00+09:00 with --timezone UTC is a bar of 2000-01-03: said, never silent
+        bars.notes.append(note_moved)
     if axis.freq == TA.DAILY:
-        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar),
+        bars, bar = barsize.settle(bars, long_bar, read.skip_bad)   # daily, weekly or monthly: per file and symbol
+        axis = dataclasses.replace(axis, bar=bar,
                                    exchange=str(calendar).upper() if XC.is_code(calendar) else None)
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
@@ -250,8 +259,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
         W.discard_uncommitted(out, data["file"])
         raise
     n_bars = len(bars)
-    notes = bars.notes
+    notes = list(bars.notes)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
-    bars.notes = notes
-    bars.notes = bars.notes + ([note] if note else [])
+    bars.notes = notes + ([note] if note else [])
     return Built(version + 1, n_bars, bars, symbols, fields, dates, m)

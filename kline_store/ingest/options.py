@@ -28,6 +28,7 @@ class ReadOptions:
     na: tuple[str, ...] = ()             # cell values that mean "missing" besides the usual ones
     skip_bad: bool = False               # leave out files that are not bars and list them
     exclude: tuple[str, ...] = ()        # glob patterns of files to leave out of folders and globs
+    round_stamps: bool = False           # stamps with seconds or fractions rounded to the nearest minute
     date_format: str | None = None       # strftime format of the date column, as polars takes it
     skip_rows: int | None = None         # lines before the header; None: a first line that is no header is found
     no_header: bool = False              # the file has no header line: ``columns`` names its columns

@@ -298,6 +298,17 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
 
     raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
     if "_time_raw" in df.columns:
+        empty = clock.empty_times(raw, df["_time_raw"])
+        if empty is not None:   # a minute file's row without its time: never a bar at 00:00
+            i = int(empty.arg_max())
+            if not src.skip_bad:
+                raise InputError(f"{src.where(rows[i])}: column {src.time_column!r} is empty beside date "
+                                 f"{C.short(raw[i])}: a bar needs its time of day (fix the file, or pass --skip-bad "
+                                 f"to leave such rows out)")
+            src.empty_times.extend(rows.filter(empty).to_list())
+            keep = ~empty
+            df, raw = df.filter(keep), raw.filter(keep)
+            rows = df["_row"]
         raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
         df = without(df, "_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)

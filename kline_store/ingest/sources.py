@@ -15,7 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import adjust, clock, columns as C, packed, preamble, textscan
+from . import adjust, clock, columns as C, packed, preamble, textscan, wide
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
 from .inputs import FixedSymbol, is_parquet, location, shift_lines, symbol_from_name
@@ -42,8 +42,10 @@ class Source:
     typed: bool = True          # numbers parsed by polars' typed reader (False: as text, see readers.py)
     row_bytes: float = 64.0     # bytes per row, about (CSV: from the first rows; Parquet: decoded)
     schema: dict[str, pl.DataType] = field(default_factory=dict)   # a Parquet file's column types
+    skip_bad: bool = False      # --skip-bad: a row whose time of day is empty is left out (and counted), not refused
+    empty_times: list[int] = field(default_factory=list)   # those rows (0-based data rows)
     date_format: str | None = None   # --date-format: the date column (with its time column) read with it
-    notes: list[str] = field(default_factory=list)   # what was done to read it (lines skipped), for the report
+    notes: list[str] = field(default_factory=list)   # how it was read (lines skipped, close-only bars), said once
 
     @property
     def symbol_column(self) -> str | None:
@@ -132,10 +134,22 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                          f"{src.symbol_column!r}; leave the symbol out")
     if not src.symbol_column:
         symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
+    if enc.startswith("json; "):
+        src.notes.append(f"{path}: {enc[6:]}")
     if "date" not in canon:
+        wide.refuse_wide(cols, path)
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
-        raise InputError(C.describe_missing("close", cols, str(path)))
+        wide.refuse_wide(cols, path)
+        price = wide.price_column(cols)
+        if price is not None and src.head is None:
+            src.head = _head(src)
+        if price is None or not wide.dates_only(src.head, src.date_column):
+            raise InputError(C.describe_missing("close", cols, str(path)))
+        mapping[price] = "close"
+        canon = set(mapping.values())
+        src.notes.append(f"{path}: column {price!r} read as close: close-only bars (one price per date, no open, "
+                         f"high or low)")
     if list(mapping.values()).count("time") > 1:
         raise InputError(f"{path}: more than one time-of-day column: "
                          f"{', '.join(s for s, d in mapping.items() if d == 'time')}; map one of them")

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, panel as P
+from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, grid, panel as P
 from ..store import lock, manifest as mf, safefs, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar, where_day
@@ -60,7 +60,7 @@ class Plan:
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
            exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None,
            assume_weekdays: bool = False,
            date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
@@ -75,7 +75,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
         symbol: the symbol of a single input without a symbol column (``--symbol``).
-        na, skip_bad, exclude: as for ``ingest``.
+        na, skip_bad, exclude, round_stamps: as for ``ingest``.
 
     ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
         calendar: a file of trading dates listing the new dates of a store built with a calendar file (its
@@ -91,7 +91,7 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
     read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
-                          na=na, skip_bad=skip_bad, exclude=exclude,
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
                           date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
     return append_with(store, inputs, read, AxisOptions(calendar=calendar, assume_weekdays=assume_weekdays),
                        dry_run=dry_run, wait=wait, quiet=quiet)
@@ -102,7 +102,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
     if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read) as path:
+        with FR.as_file(inputs, read, _store_zone(store)) as path:
             return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
@@ -113,7 +113,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
                                                         read.symbol_pattern))
-    with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
+    with D.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
         try:
             bars = read_bars(as_input_list(inputs), read, quiet=quiet)
         except InputError as exc:
@@ -125,6 +125,10 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     calendar = options.calendar
     code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
+    bars = grid.check_append(head, bars, store_dir, read.skip_bad)   # daily or 5-minute bars into a 1-minute store: no
+    note_moved = D.moved_note(moved, Axis.of(head).timezone) if head.get("freq", TA.DAILY) == TA.DAILY else None
+    if note_moved:
+        bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
     exchange = XC.Exchange.of(head, code, options.assume_weekdays)
@@ -172,7 +176,15 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq, skipped_files=bars.skipped, notes=bars.notes)
+                        freq=freq, skipped_files=bars.skipped, notes=list(bars.notes))
+
+
+def _store_zone(store) -> str | None:
+    """The exchange zone a store records (stamps of a DataFrame in several zones are converted to it), if any."""
+    try:
+        return Axis.of(mf.read_manifest(Path(store))).timezone
+    except Exception:   # no store there, or not a path: append_with says so
+        return None
 
 
 def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None

@@ -24,7 +24,7 @@ SAMPLE = {"calendar": "cal.csv", "user_map": {"px": "close"}, "map": ["px2=open"
           "sessions": "us", "stamp": "start", "instruments": "csi300", "symbol": "AAA", "na": ["."],
           "skip_bad": True, "exclude": ["*nothing*"], "timezone": "Asia/Shanghai", "dry_run": True,
           "assume_weekdays": True, "date_format": "%d-%b-%y", "skip_rows": 2, "no_header": True,
-          "columns": ["date", "close"]}
+          "columns": ["date", "close"], "round_stamps": True}
 
 
 class Reached(Exception):
