@@ -27,9 +27,9 @@ import torch
 from ..errors import InputError
 from ..memory import available
 from ..progress import silenced
-from ..store import manifest as mf, safefs, writer as W
+from ..store import identity, manifest as mf, safefs, writer as W
 from ..store.snapshot import Store, open_store
-from .compute import time_axis
+from .compute import source_entry, time_axis
 from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
 from .plan import META_KEY, field_lookahead, plan_from_manifest
 from .processors import CSRankNorm, CSZScoreNorm, DropnaLabel, DropnaProcessor, Fillna, ProcessInf, Processor
@@ -165,7 +165,8 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
     if member is not None:
         y[~member] = float("nan")                     # Qlib has no row there
     panel = _to_store_layout(y, shifts)
-    meta = dict(st.manifest[META_KEY])
+    meta = dict(st.manifest[META_KEY])            # "source": the bar store the features came from
+    meta["processed_from"] = identity.record(st)   # the features store itself, exactly
     meta["processing"] = {"infer": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in infer],
                           "learn": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in learn],
                           "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]), "universe": universe,
@@ -212,8 +213,8 @@ def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, w
         m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
                              fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
                              last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
-                             sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
-                             extra={**time_axis(st), META_KEY: meta})
+                             sources=[source_entry(st, "processed_from")],
+                             extra={**time_axis(st), META_KEY: meta, mf.STORE_ID_KEY: mf.new_store_id()})
         try:
             m = W.commit(out, m)
         except BaseException:
