@@ -187,10 +187,11 @@ def _plain(v: torch.Tensor) -> list:
 def _read_panel(st: Store, shifts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """[dates, symbols, fields] with each field at the day it describes; present: the symbols' spans."""
     x = np.full((st.n_dates, st.n_symbols, st.n_fields), np.nan, dtype=np.float32)
+    groups = _by_shift(shifts)
     for s in range(st.n_symbols):                      # one row at a time: bounded temporaries
         row = np.asarray(st.panel[s])
-        for f, a in enumerate(shifts):
-            x[: st.n_dates - a, s, f] = row[a:, f]
+        for a, cols in groups:
+            x[: st.n_dates - a, s, cols] = row[a:, cols]
     t = np.arange(st.n_dates)[:, None]
     present = (st.first_bar[None, :] >= 0) & (t >= st.first_bar[None, :]) & (t <= st.last_bar[None, :])
     return torch.from_numpy(x), torch.from_numpy(present)
@@ -200,8 +201,19 @@ def _to_store_layout(y: torch.Tensor, shifts: list[int]) -> np.ndarray:
     """[dates, symbols, fields] back to [symbols, dates, fields], each field at the day it becomes known."""
     y = y.numpy()
     out = np.full((y.shape[1], y.shape[0], y.shape[2]), np.nan, dtype=np.float32)
-    for f, a in enumerate(shifts):
-        out[:, a:, f] = y[: y.shape[0] - a, :, f].T
+    for a, cols in _by_shift(shifts):
+        out[:, a:, cols] = y[: y.shape[0] - a, :, cols].transpose(1, 0, 2)
+    return out
+
+
+def _by_shift(shifts: list[int]) -> list[tuple[int, slice | list[int]]]:
+    """The fields grouped by their shift (features 0, the label its lookahead): one copy per group, not per
+    field (a field at a time strides through the whole panel)."""
+    out = []
+    for a in sorted(set(shifts)):
+        cols = [f for f, b in enumerate(shifts) if b == a]
+        run = cols == list(range(cols[0], cols[0] + len(cols)))
+        out.append((a, slice(cols[0], cols[0] + len(cols)) if run else cols))
     return out
 
 
