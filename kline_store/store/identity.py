@@ -48,6 +48,12 @@ def record(st: Store) -> dict:
             "row_crc32": [int(c) for c in data["row_crc32"][: st.n_symbols]]}
 
 
+def summary(st: Store) -> dict:
+    """A derived store's ``sources`` entry for ``st``: path, store id, version, data file and its checksum."""
+    return {"path": str(st.path), KEY: store_id(st.manifest), "version": st.version,
+            "generation": int(st.manifest["data"]["generation"]), "checksum": st.manifest["data"]["checksum"]}
+
+
 def _short(sid) -> str:
     return str(sid)[:12] if sid else "none (written before store ids)"
 
@@ -86,4 +92,4 @@ def change(rec: dict, st: Store) -> str:
     return ""
 
 
-__all__ = ["KEY", "change", "current_id", "new_store_id", "record", "store_id"]
+__all__ = ["KEY", "change", "current_id", "new_store_id", "record", "store_id", "summary"]

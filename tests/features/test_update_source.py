@@ -218,3 +218,13 @@ def test_derived_stores_record_their_sources_identity(computed, tmp_path):
         assert p.manifest["features"]["processed_from"]["store_id"] == f.manifest["store_id"]
         assert p.manifest["features"]["processed_from"]["checksum"] == f.manifest["data"]["checksum"]
         assert p.manifest["sources"][0]["store_id"] == f.manifest["store_id"]
+
+
+def test_a_resampled_store_records_its_sources_identity(computed, tmp_path):
+    from kline_store.ingest.resample import resample
+    base, _ = computed
+    resample(base, tmp_path / "weekly", "1w")
+    with open_store(base) as b, open_store(tmp_path / "weekly") as w:
+        src = w.manifest["sources"][0]
+        assert src["store_id"] == b.manifest["store_id"] and src["checksum"] == b.manifest["data"]["checksum"]
+        assert src["version"] == b.version and w.manifest["store_id"] != b.manifest["store_id"]
