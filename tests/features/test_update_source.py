@@ -228,3 +228,27 @@ def test_a_resampled_store_records_its_sources_identity(computed, tmp_path):
         src = w.manifest["sources"][0]
         assert src["store_id"] == b.manifest["store_id"] and src["checksum"] == b.manifest["data"]["checksum"]
         assert src["version"] == b.version and w.manifest["store_id"] != b.manifest["store_id"]
+
+
+@pytest.mark.parametrize("point", ["features:tail:grown", "features:tail:written", "commit:copied",
+                                   "features:filled"])
+def test_kill9_during_an_update_leaves_the_old_version_and_the_next_update_equals_a_full_one(computed, tmp_path,
+                                                                                              point):
+    import signal
+    import subprocess
+    import sys
+    from kline_store.store.snapshot import verify_store
+    base, feats = computed
+    if point == "features:filled":                                    # a full recompute: the source re-created
+        shutil.rmtree(base)
+        reissued(tmp_path, base)
+    else:
+        append(base, [folder(tmp_path / "more", frames(1, 80), 60)])
+    before = (feats / "manifest.json").read_bytes()
+    r = subprocess.run([sys.executable, "-m", "kline_store.cli", "features", str(feats), "--update"],
+                       capture_output=True, env=dict(os.environ, KLINE_STORE_CRASH_AT=point))
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (feats / "manifest.json").read_bytes() == before and verify_store(feats) == []
+    rep = update_features(feats)
+    assert rep.mode == ("full" if point == "features:filled" else "tail")
+    assert equals_full(feats, base, tmp_path)
