@@ -252,3 +252,9 @@ def test_kill9_during_an_update_leaves_the_old_version_and_the_next_update_equal
     rep = update_features(feats)
     assert rep.mode == ("full" if point == "features:filled" else "tail")
     assert equals_full(feats, base, tmp_path)
+
+
+def test_info_json_shows_the_store_id(computed):
+    base, _ = computed
+    info = json.loads(run_cli("info", str(base), "--json").stdout)
+    assert info["store_id"] == open_store(base).manifest["store_id"]
