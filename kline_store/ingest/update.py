@@ -362,7 +362,8 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
-             "adj_factor_source": plan.factor_source, **universes.carried(m)}   # spans are dates: kept as they are
+             "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
+             mf.STORE_ID_KEY: m.get(mf.STORE_ID_KEY)}                          # None: commit gives it one
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:

@@ -258,3 +258,14 @@ def test_info_json_shows_the_store_id(computed):
     base, _ = computed
     info = json.loads(run_cli("info", str(base), "--json").stdout)
     assert info["store_id"] == open_store(base).manifest["store_id"]
+
+
+@pytest.mark.parametrize("damage", [lambda s: s.update(row_crc32=["x"] * len(s["row_crc32"])),
+                                    lambda s: s.update(version="1"), lambda s: s.update(store_id=7)])
+def test_a_damaged_record_of_the_source_recomputes_in_full(computed, tmp_path, damage):
+    base, feats = computed
+    strip(feats, lambda m: damage(m["features"]["source"]))
+    append(base, [folder(tmp_path / "more", frames(1, 80), 60)])
+    rep = update_features(feats)
+    assert rep.mode == "full" and "damaged" in rep.reason
+    assert equals_full(feats, base, tmp_path)
