@@ -22,7 +22,7 @@ import numpy as np
 
 from . import runs
 from ..errors import InputError
-from ..store import timeaxis as TA
+from ..store import identity, timeaxis as TA
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
 
@@ -266,7 +266,7 @@ def resample_days(store: str | os.PathLike | Store, out: str | os.PathLike, bar:
     extra = {"bar": bar, "calendar_source": f"resampled from {st.path} ({have})",
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, st.dates[ends], fields, extra=extra, wait=wait,
-                 sources=[{"path": str(st.path), "freq": have, "version": st.version}])
+                 sources=[{**identity.summary(st), "freq": have}])
     return Resampled(out, have, bar, st.n_symbols, st.n_dates, len(starts))
 
 

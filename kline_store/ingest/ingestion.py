@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
-from ..store import writer as W
+from ..store import manifest as mf, writer as W
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
 from .layout import Layout
@@ -245,7 +245,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
                          capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
                          sources=bars.sources, created_at=None,
-                         extra={**axis.manifest(),
+                         extra={**axis.manifest(), mf.STORE_ID_KEY: mf.new_store_id(),   # a new store's history
                                 "calendar_source": str(calendar) if calendar else
                                 (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,

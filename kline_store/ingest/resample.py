@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import barsize
-from ..store import safefs, sessions as SE, timeaxis as TA
+from ..store import identity, safefs, sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
@@ -223,5 +223,5 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
              **({"stamp": stamp} if template is None and target != TA.DAILY else {}),
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, TA.stamps(per.keys, TA.unit(target)), fields, extra=extra, wait=wait,
-                 freq=target, sources=[{"path": str(st.path), "freq": st.freq, "version": st.version}])
+                 freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
     return ResampleReport(out, st.freq, target, st.n_symbols, st.n_dates, len(per.starts))

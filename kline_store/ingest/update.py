@@ -419,7 +419,8 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
              "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
-             **{k: m[k] for k in ("assumed_weekdays", "date_format") if m.get(k)}, **plan.marks}
+             **{k: m[k] for k in ("assumed_weekdays", "date_format") if m.get(k)}, **plan.marks,
+             mf.STORE_ID_KEY: m.get(mf.STORE_ID_KEY)}                          # None: commit gives it one
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:

@@ -205,7 +205,8 @@ class Store:
         """Summary as plain JSON types (what `kline-store info --json` prints)."""
         m = self.manifest
         return {
-            "path": str(self.path), "version": self.version, "symbols": self.symbols, "fields": self.fields,
+            "path": str(self.path), "store_id": m.get(mf.STORE_ID_KEY), "version": self.version,
+            "symbols": self.symbols, "fields": self.fields,
             "start": str(self.dates[0]) if self.n_dates else None,
             "end": str(self.dates[-1]) if self.n_dates else None,
             "n_dates": self.n_dates, "n_symbols": self.n_symbols,
