@@ -1,0 +1,79 @@
+"""Cross-sectional operators over a panel evaluated in symbol blocks: a block holds some symbols of each day, a
+cross-section needs all of them, so the operators are evaluated between block passes.
+
+Stage by stage, innermost first: the operands of the cross-sectional nodes that hold no other one are evaluated
+over every block (`run`: expressions -> [n, symbols, bars] float64 of the whole panel), each node's kernel runs
+on the whole panel, and its result becomes a pseudo-field (a name no expression can spell) that replaces the
+node in every expression. When no cross-sectional node is left, the rewritten expressions go through the usual
+block passes with the pseudo-fields as inputs. Values equal a single pass over all symbols cell for cell (same
+float64 operands, same kernels); a subexpression shared by a stage and the final pass is computed in each.
+Memory: one [symbols, bars] float64 panel per distinct cross-sectional node, plus one stage's operands.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+from torch import Tensor
+
+from .cross_section import KERNELS, crossing
+from .nodes import Call, Field, Node
+
+PSEUDO = "cs#{}"                        # '#' is no field character: a user's $name cannot collide
+MEMBERS = Field("universe#members")     # 1 on a universe member day, NaN otherwise (cross_section.restrict)
+
+Run = Callable[[dict[str, Node], dict[str, Tensor]], Tensor]
+
+
+def _substitute(node: Node, done: Mapping[Node, Field], memo: dict) -> Node:
+    if node in done:
+        return done[node]
+    if not isinstance(node, Call):
+        return node
+    if node not in memo:
+        memo[node] = Call(node.op, tuple(_substitute(a, done, memo) for a in node.args), node.params)
+    return memo[node]
+
+
+def _innermost(roots: list[Node]) -> list[Call]:
+    """The distinct cross-sectional nodes whose operands hold no cross-sectional node, in a stable order."""
+    out: dict[Call, None] = {}
+    seen: set[Node] = set()
+
+    def visit(node: Node) -> None:
+        if node in seen or not isinstance(node, Call):
+            return
+        seen.add(node)
+        if node.op in KERNELS and not any(crossing(a) for a in node.args):
+            out[node] = None
+            return
+        for a in node.args:
+            visit(a)
+    for r in roots:
+        visit(r)
+    return list(out)
+
+
+def stage(roots: list[Node], run: Run) -> tuple[list[Node], dict[str, Tensor]]:
+    """The expressions without cross-sectional nodes, and the pseudo-fields ([symbols, bars] float64) they read.
+    ``run(exprs, pseudo)`` evaluates expressions free of cross-sectional nodes over the whole panel, given the
+    pseudo-fields made so far."""
+    pseudo: dict[str, Tensor] = {}
+    while True:
+        ready = _innermost(roots)
+        if not ready:
+            return roots, pseudo
+        slot: dict[Node, int] = {}
+        for node in ready:
+            for a in node.args:
+                slot.setdefault(a, len(slot))
+        values = run({f"operand{k}": a for a, k in slot.items()}, pseudo)
+        done: dict[Node, Field] = {}
+        for node in ready:
+            args = [values[slot[a]] for a in node.args]
+            name = PSEUDO.format(len(pseudo))
+            pseudo[name] = KERNELS[node.op](*args)
+            done[node] = Field(name)
+        del values
+        memo: dict = {}
+        roots = [_substitute(r, done, memo) for r in roots]
