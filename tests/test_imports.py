@@ -40,7 +40,7 @@ LAYERS = {
     "measure": ["timing", "meter", "synthetic", "footprint", "shuffle", "tune", "classic", "bench_rows",
                 "bench_report", "bench", "__init__"],
     "features": ["nodes", "parse", "window", "moments", "rolling", "smooth", "cross_section", "ops", "stages",
-                 "evaluate", "sets",
+                 "evaluate", "alpha101", "sets",
                  "plan", "compute", "processors", "fit", "process", "__init__"],
     "cli": ["perf", "features", "main", "__init__", "__main__"],
 }

@@ -3,11 +3,14 @@
 alpha158: Alpha158DL.get_feature_config() with its default config (kbar; price OPEN, HIGH, LOW, VWAP at
 window 0; every rolling group at windows 5, 10, 20, 30, 60), in its order and with its names.
 alpha360: Alpha360DL.get_feature_config(). label: Alpha158's default label, LABEL0.
+alpha101: WorldQuant's 101 formulaic alphas (alpha101.py; not Qlib's), those that need no industry field.
 """
 
 from __future__ import annotations
 
 from kline_store.errors import InputError
+
+from .alpha101 import alpha101
 
 _WINDOWS = (5, 10, 20, 30, 60)
 
@@ -88,7 +91,7 @@ def label() -> dict[str, str]:
     return {"LABEL0": "Ref($close, -2)/Ref($close, -1) - 1"}
 
 
-_SETS = {"alpha158": alpha158, "alpha360": alpha360, "label": label}
+_SETS = {"alpha158": alpha158, "alpha360": alpha360, "alpha101": alpha101, "label": label}
 
 
 def feature_set(name: str) -> dict[str, str]:
