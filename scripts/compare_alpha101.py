@@ -5,9 +5,10 @@ amount = vwap * volume for KunQuant).
 
     python scripts/compare_alpha101.py [--symbols 64] [--days 600] [--industries 0] [--kunquant PYTHON]
 
-One row per alpha: the share of the reference's finite cells where ours agrees (|ours - ref| <= 1e-6 + 1e-4 |ref|,
-the same infinity), and where ours is NaN. The references use full windows only, so the warm-up (where ours, as
-Qlib, computes from the rows there are) is not compared. KunQuant runs in its own virtualenv (KLINE_KUNQUANT_PYTHON,
+One row per alpha: the share of the reference's finite cells where ours agrees (and, last column, where ours
+under KunQuant's two conventions, alpha101(ts_rank="count", windows="round"), agrees with KunQuant) (|ours - ref| <= 1e-6 + 1e-4 |ref|,
+the same infinity), and where ours is NaN, from the first day all of the alpha's windows are full (before it ours,
+as Qlib, computes from the rows there are, the references give NaN). KunQuant runs in its own virtualenv (KLINE_KUNQUANT_PYTHON,
 scripts/_kunquant_env.sh); without it that column is left out.
 """
 
@@ -32,7 +33,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "features")]
 from alpha101_pandas import PandasAlpha  # noqa: E402
 
 from kline_store.features.alpha101 import INDUSTRY, PAPER, alpha101  # noqa: E402
-from kline_store.features.evaluate import evaluate  # noqa: E402
+from kline_store.features.evaluate import evaluate, lookback  # noqa: E402
+from kline_store.features.parse import parse  # noqa: E402
 
 FIELDS = ("open", "high", "low", "close", "volume", "vwap", "cap")
 
@@ -79,9 +81,11 @@ def kunquant_side(python: str, cache: Path, panel: dict[str, np.ndarray]) -> tup
         return dict(np.load(dst)), proc.stdout.strip().splitlines()[-1]
 
 
-def agreement(got: np.ndarray, ref: np.ndarray) -> tuple[float, float, int]:
-    """(share of ref's finite cells where got agrees, share where got is NaN, ref's finite cells)."""
+def agreement(got: np.ndarray, ref: np.ndarray, start: int = 0) -> tuple[float, float, int]:
+    """(share of ref's finite cells from day ``start`` on where got agrees, share where got is NaN, ref's finite
+    cells there)."""
     finite = np.isfinite(ref)
+    finite[:, :start] = False
     n = int(finite.sum())
     if not n:
         return float("nan"), float("nan"), 0
@@ -89,6 +93,13 @@ def agreement(got: np.ndarray, ref: np.ndarray) -> tuple[float, float, int]:
     with np.errstate(invalid="ignore"):
         ok = np.abs(a - b) <= 1e-6 + 1e-4 * np.abs(b)
     return float(ok.mean()), float(np.isnan(a).mean()), n
+
+
+def warm_up(expr: str, n_days: int) -> int:
+    """The first day from which every window of the expression is full (ours then reads what the references
+    read: before it ours computes from the rows there are, as Qlib, and they give NaN or partial cross-sections)."""
+    back = lookback(parse(expr))
+    return n_days if back is None else back + 1
 
 
 def main() -> None:
@@ -112,23 +123,28 @@ def main() -> None:
     kq, kq_note = ({}, "KunQuant: not run (no --kunquant / KLINE_KUNQUANT_PYTHON)")
     if args.kunquant and Path(args.kunquant).exists():
         kq, kq_note = kunquant_side(args.kunquant, Path(args.cache), panel)
+    # ours under KunQuant's two conventions (ts_rank 1 .. d, windows rounded): what is left is formula differences
+    kq_exprs = alpha101(industry="industry" if args.industries else None, ts_rank="count", windows="round")
+    theirs_way = ours(panel, kq_exprs) if kq else {}
     rows = []
     print(f"{args.symbols} symbols x {args.days} days, seed {args.seed}; ours {ours_s:.2f} CPU s (one thread); "
           f"{kq_note}")
-    print(f"{'alpha':>8} {'vs pandas':>10} {'ours NaN':>9} {'vs KunQuant':>12} {'ours NaN':>9}")
+    print(f"{'alpha':>8} {'vs pandas':>10} {'ours NaN':>9} {'vs KunQuant':>12} {'ours NaN':>9} {'KQ conv.':>9}")
     for k in numbers:
         name = f"ALPHA{k:03d}"
-        p_ok, p_nan, p_n = agreement(mine[name], ref[k])
+        start = warm_up(exprs[name], args.days)
+        p_ok, p_nan, p_n = agreement(mine[name], ref[k], start)
         row = {"alpha": k, "pandas": p_ok, "pandas_ours_nan": p_nan, "pandas_cells": p_n,
                "industry": k in INDUSTRY}
         kname = f"alpha{k:03d}"
         if kname in kq:
-            row["kunquant"], row["kunquant_ours_nan"], row["kunquant_cells"] = agreement(mine[name], kq[kname])
+            row["kunquant"], row["kunquant_ours_nan"], row["kunquant_cells"] = agreement(mine[name], kq[kname], start)
+            row["kunquant_conventions"] = agreement(theirs_way[name], kq[kname], warm_up(kq_exprs[name], args.days))[0]
         rows.append(row)
-        kq_text = (f"{row['kunquant'] * 100:11.2f}% {row['kunquant_ours_nan'] * 100:8.2f}%" if "kunquant" in row
-                   else f"{'-':>12} {'-':>9}")
+        kq_text = (f"{row['kunquant'] * 100:11.2f}% {row['kunquant_ours_nan'] * 100:8.2f}% "
+                   f"{row['kunquant_conventions'] * 100:8.2f}%" if "kunquant" in row else f"{'-':>12} {'-':>9}")
         print(f"{name:>8} {p_ok * 100:9.2f}% {p_nan * 100:8.2f}% {kq_text}")
-    for key in ("pandas", "kunquant"):
+    for key in ("pandas", "kunquant", "kunquant_conventions"):
         vals = [r[key] for r in rows if key in r and np.isfinite(r[key])]
         if vals:
             print(f"{key}: {len(vals)} alphas, {sum(v >= 0.999 for v in vals)} agree on >= 99.9% of cells, "

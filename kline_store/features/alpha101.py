@@ -304,17 +304,20 @@ class _Paper:
         return ("call", tok.lower(), args)
 
 
-def _window(tree: Tree) -> int:
+def _window(tree: Tree, rounded: bool = False) -> int:
     if tree[0] != "num":
         raise InputError(f"alpha101: a window must be a number, got {tree!r}")
-    return max(1, math.floor(float(tree[1])))
+    return max(1, math.floor(float(tree[1]) + (0.5 if rounded else 0.0)))
 
 
 class _Ours:
     """Trees of the paper's language as our expression text (the rules in the module's docstring)."""
 
-    def __init__(self, industry: str | None, vwap: str):
-        self.industry, self.vwap = industry, vwap
+    def __init__(self, industry: str | None, vwap: str, ts_rank: str = "percent", windows: str = "floor"):
+        self.industry, self.vwap, self.count_rank, self.rounded = industry, vwap, ts_rank == "count", windows == "round"
+
+    def window(self, tree: Tree) -> int:
+        return _window(tree, self.rounded)
 
     def __call__(self, t: Tree) -> str:
         kind = t[0]
@@ -355,18 +358,21 @@ class _Ours:
         if fn in _UNARY and len(args) == 1:
             if fn == "log" and args[0][0] == "call" and args[0][1] == "product":
                 inner, d = args[0][2]
-                return f"Sum(Log({self(inner)}), {_window(d)})"
+                return f"Sum(Log({self(inner)}), {self.window(d)})"
             return f"{_UNARY[fn]}({self(args[0])})"
+        if fn == "ts_rank" and self.count_rank:
+            x, d = self(args[0]), self.window(args[1])
+            return f"(Rank({x}, {d}) * Count({x}, {d}))"
         if fn in _WINDOWED:
-            return f"{_WINDOWED[fn]}({self(args[0])}, {_window(args[1])})"
+            return f"{_WINDOWED[fn]}({self(args[0])}, {self.window(args[1])})"
         if fn in _PAIRED:
-            return f"{_PAIRED[fn]}({self(args[0])}, {self(args[1])}, {_window(args[2])})"
+            return f"{_PAIRED[fn]}({self(args[0])}, {self(args[1])}, {self.window(args[2])})"
         if fn in ("min", "max"):
             if args[1][0] == "num":
-                return f"{'Min' if fn == 'min' else 'Max'}({self(args[0])}, {_window(args[1])})"
+                return f"{'Min' if fn == 'min' else 'Max'}({self(args[0])}, {self.window(args[1])})"
             return f"{'Less' if fn == 'min' else 'Greater'}({self(args[0])}, {self(args[1])})"
         if fn == "decay_linear":
-            x, d = self(args[0]), _window(args[1])
+            x, d = self(args[0]), self.window(args[1])
             return f"(WMA({x}, {d}) * Count({x}, {d}))"
         if fn == "scale":
             scaled = f"CSScale({self(args[0])})"
@@ -374,7 +380,7 @@ class _Ours:
         if fn == "signedpower":
             x = self(args[0])
             return f"(Sign({x}) * Power(Abs({x}), {self(args[1])}))"
-        if fn == "product" and _window(args[1]) == 1:
+        if fn == "product" and self.window(args[1]) == 1:
             return self(args[0])
         if fn == "indneutralize":
             if self.industry is None:
@@ -389,15 +395,27 @@ def paper_tree(formula: str) -> Tree:
     return _Paper(formula).parse()
 
 
-def translate(formula: str, industry: str | None = None, vwap: str = "$vwap") -> str:
-    """One formula of the paper's language as an expression of ours."""
-    return _Ours(industry, vwap)(paper_tree(formula))
+def translate(formula: str, industry: str | None = None, vwap: str = "$vwap", *, ts_rank: str = "percent",
+              windows: str = "floor") -> str:
+    """One formula of the paper's language as an expression of ours (alpha101 says what the options do)."""
+    return _Ours(industry, vwap, ts_rank, windows)(paper_tree(formula))
 
 
-def alpha101(industry: str | None = None, vwap: str = "$vwap") -> dict[str, str]:
-    """ALPHA001 .. ALPHA101 -> expression. Without ``industry`` (a field of industry codes, e.g. "industry") the
-    INDUSTRY alphas are left out; ``vwap``: the expression read as vwap (e.g. "$amount/$volume")."""
+def alpha101(industry: str | None = None, vwap: str = "$vwap", *, ts_rank: str = "percent",
+             windows: str = "floor") -> dict[str, str]:
+    """ALPHA001 .. ALPHA101 -> expression.
+
+    Args:
+        industry: a field of industry codes (e.g. "industry"); without it the INDUSTRY alphas are left out.
+        vwap: the expression read as vwap (e.g. "$amount/$volume" for a store with amounts and no vwap).
+        ts_rank: "percent" (ours: the percentile in (0, 1], as the paper compares ts_rank with rank and takes
+            1 - ts_rank) or "count" (1 .. d, KunQuant's and the pandas ports').
+        windows: "floor" (the paper's rule for a non-integer d) or "round" (KunQuant's).
+    """
     if industry is not None and not re.fullmatch(r"\w+", industry):
         raise InputError(f"alpha101: industry={industry!r} is not a field name (letters, digits, _)")
-    return {f"ALPHA{k:03d}": translate(f, industry, vwap) for k, f in PAPER.items()
-            if industry is not None or k not in INDUSTRY}
+    if ts_rank not in ("percent", "count") or windows not in ("floor", "round"):
+        raise InputError(f"alpha101: ts_rank must be 'percent' or 'count' and windows 'floor' or 'round', got "
+                         f"{ts_rank!r} and {windows!r}")
+    return {f"ALPHA{k:03d}": translate(f, industry, vwap, ts_rank=ts_rank, windows=windows)
+            for k, f in PAPER.items() if industry is not None or k not in INDUSTRY}
