@@ -157,7 +157,8 @@ def cross_inputs(st: Store, plan: FeaturePlan, index: dict[str, int], device: to
         extra = {**values, **pseudo}
         return torch.cat([_block(st, slice(lo, min(lo + rows, st.n_symbols)), d0, operands, index, device, extra,
                                  torch.float64) for lo in range(0, st.n_symbols, rows)], dim=1)
-    roots, pseudo = stage(list(nodes.values()), run)
+    operands = max(2, BLOCK_BYTES // max(1, 8 * st.n_symbols * (st.n_dates - d0)))   # float64 panels a call
+    roots, pseudo = stage(list(nodes.values()), run, operands)
     return Cross(dict(zip(nodes, roots)), {**values, **pseudo})
 
 

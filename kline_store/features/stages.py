@@ -7,7 +7,8 @@ on the whole panel, and its result becomes a pseudo-field (a name no expression 
 node in every expression. When no cross-sectional node is left, the rewritten expressions go through the usual
 block passes with the pseudo-fields as inputs. Values equal a single pass over all symbols cell for cell (same
 float64 operands, same kernels); a subexpression shared by a stage and the final pass is computed in each.
-Memory: one [symbols, bars] float64 panel per distinct cross-sectional node, plus one stage's operands.
+Memory: one [symbols, bars] float64 panel per distinct cross-sectional node (alpha101 has 123), plus the operands
+of one call of `run` (bounded by max_operands).
 """
 
 from __future__ import annotations
@@ -54,26 +55,42 @@ def _innermost(roots: list[Node]) -> list[Call]:
     return list(out)
 
 
-def stage(roots: list[Node], run: Run) -> tuple[list[Node], dict[str, Tensor]]:
+def stage(roots: list[Node], run: Run, max_operands: int | None = None) -> tuple[list[Node], dict[str, Tensor]]:
     """The expressions without cross-sectional nodes, and the pseudo-fields ([symbols, bars] float64) they read.
     ``run(exprs, pseudo)`` evaluates expressions free of cross-sectional nodes over the whole panel, given the
-    pseudo-fields made so far."""
+    pseudo-fields made so far; ``max_operands`` bounds how many operand panels one call returns (None: a stage's
+    all at once)."""
     pseudo: dict[str, Tensor] = {}
     while True:
         ready = _innermost(roots)
         if not ready:
             return roots, pseudo
-        slot: dict[Node, int] = {}
-        for node in ready:
-            for a in node.args:
-                slot.setdefault(a, len(slot))
-        values = run({f"operand{k}": a for a, k in slot.items()}, pseudo)
         done: dict[Node, Field] = {}
-        for node in ready:
-            args = [values[slot[a]] for a in node.args]
-            name = PSEUDO.format(len(pseudo))
-            pseudo[name] = KERNELS[node.op](*args)
-            done[node] = Field(name)
-        del values
+        for part in _parts(ready, max_operands):
+            slot: dict[Node, int] = {}
+            for node in part:
+                for a in node.args:
+                    slot.setdefault(a, len(slot))
+            values = run({f"operand{k}": a for a, k in slot.items()}, pseudo)
+            for node in part:
+                name = PSEUDO.format(len(pseudo))
+                pseudo[name] = KERNELS[node.op](*(values[slot[a]] for a in node.args))
+                done[node] = Field(name)
+            del values
         memo: dict = {}
         roots = [_substitute(r, done, memo) for r in roots]
+
+
+def _parts(nodes: list[Call], max_operands: int | None) -> list[list[Call]]:
+    """Consecutive groups of nodes holding at most max_operands operands each (a node's own stay together)."""
+    if max_operands is None:
+        return [nodes]
+    out: list[list[Call]] = [[]]
+    count = 0
+    for node in nodes:
+        if out[-1] and count + len(node.args) > max_operands:
+            out.append([])
+            count = 0
+        out[-1].append(node)
+        count += len(node.args)
+    return out

@@ -244,3 +244,25 @@ def test_universe_errors_are_one_line(frames, tmp_path):
     assert res.returncode != 0 and "no universe 'nope'" in res.stderr and "Traceback" not in res.stderr
     res = run_cli(*["features", str(base), "-o", str(tmp_path / "g"), "--expr", "R=CSRank($close)", "--label", "none"])
     assert res.returncode == 0, res.stderr
+
+
+@settings(max_examples=20, deadline=None)
+@given(case=panels(), max_operands=st.integers(1, 3))
+def test_stages_in_parts_give_the_same_values(case, max_operands):
+    from kline_store.features.parse import parse
+    from kline_store.features.stages import stage
+    a, g, _ = case
+    n_sym, n_bars = a.shape
+    values = {"a": torch.from_numpy(a), "g": torch.from_numpy(g)}
+    first, last = torch.zeros(n_sym, dtype=torch.int64), torch.full((n_sym,), n_bars - 1)
+    roots = [parse(e) for e in ("CSRank($a) + CSZScore($a*2)", "GroupRank(CSDemean($a), $g) - CSScale($a)",
+                                "CSRank(CSRank($a) + CSDemean(Ref($a, 1)))")]
+
+    def run(operands, pseudo):
+        return evaluate(operands, {**values, **pseudo}, first, last, dtype=torch.float64).values.permute(2, 0, 1)
+    results = []
+    for parts in (None, max_operands):
+        final, pseudo = stage(roots, run, parts)
+        results.append(evaluate(final, {**values, **pseudo}, first, last).values.numpy())
+    assert np.array_equal(results[0], results[1], equal_nan=True)
+    assert np.array_equal(results[0], evaluate(roots, values, first, last).values.numpy(), equal_nan=True)
