@@ -147,17 +147,42 @@ KERNELS: dict[str, Callable[..., Tensor]] = {
 }
 
 
+def distinct_nodes(roots: list[Node]) -> list[Node]:
+    """Distinct nodes of the trees (equal subtrees once), operands before their users: a loop over an explicit
+    stack (a sum of thousands of terms is a tree thousands deep)."""
+    seen: set[Node] = set()
+    out: list[Node] = []
+    stack = [(r, False) for r in reversed(roots)]
+    while stack:
+        node, expanded = stack.pop()
+        if expanded:
+            out.append(node)
+        elif node not in seen:
+            seen.add(node)
+            stack.append((node, True))
+            if isinstance(node, Call):
+                stack.extend((a, False) for a in reversed(node.args))
+    return out
+
+
+def rebuild(roots: list[Node], make: Callable[[Call, tuple[Node, ...]], Node]) -> list[Node]:
+    """The trees with every Call replaced by make(call, its rebuilt operands), each distinct node once."""
+    new: dict[Node, Node] = {}
+    for node in distinct_nodes(roots):
+        new[node] = make(node, tuple(new[a] for a in node.args)) if isinstance(node, Call) else node
+    return [new[r] for r in roots]
+
+
 def crossing(node: Node) -> bool:
     """The expression holds a cross-sectional operator (its value on a symbol depends on other symbols)."""
-    return isinstance(node, Call) and (node.op in KERNELS or any(crossing(a) for a in node.args))
+    return any(isinstance(n, Call) and n.op in KERNELS for n in distinct_nodes([node]))
 
 
 def restrict(node: Node, members: Field) -> Node:
     """The expression with each cross-sectional operand multiplied by the members field (1 on a member day, NaN
     otherwise): non-members drop out of every cross-section and come out NaN."""
-    if not isinstance(node, Call):
-        return node
-    args = tuple(restrict(a, members) for a in node.args)
-    if node.op in KERNELS:
-        args = (Call("Mul", (args[0], members)),) + args[1:]
-    return Call(node.op, args, node.params)
+    def make(call: Call, args: tuple[Node, ...]) -> Node:
+        if call.op in KERNELS:
+            args = (Call("Mul", (args[0], members)),) + args[1:]
+        return Call(call.op, args, call.params)
+    return rebuild([node], make)[0]

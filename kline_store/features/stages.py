@@ -13,11 +13,11 @@ of one call of `run` (bounded by max_operands).
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from typing import Callable
 
 from torch import Tensor
 
-from .cross_section import KERNELS, crossing
+from .cross_section import KERNELS, distinct_nodes, rebuild
 from .nodes import Call, Field, Node
 
 PSEUDO = "cs#{}"                        # '#' is no field character: a user's $name cannot collide
@@ -26,33 +26,17 @@ MEMBERS = Field("universe#members")     # 1 on a universe member day, NaN otherw
 Run = Callable[[dict[str, Node], dict[str, Tensor]], Tensor]
 
 
-def _substitute(node: Node, done: Mapping[Node, Field], memo: dict) -> Node:
-    if node in done:
-        return done[node]
-    if not isinstance(node, Call):
-        return node
-    if node not in memo:
-        memo[node] = Call(node.op, tuple(_substitute(a, done, memo) for a in node.args), node.params)
-    return memo[node]
-
-
 def _innermost(roots: list[Node]) -> list[Call]:
     """The distinct cross-sectional nodes whose operands hold no cross-sectional node, in a stable order."""
-    out: dict[Call, None] = {}
-    seen: set[Node] = set()
-
-    def visit(node: Node) -> None:
-        if node in seen or not isinstance(node, Call):
-            return
-        seen.add(node)
-        if node.op in KERNELS and not any(crossing(a) for a in node.args):
-            out[node] = None
-            return
-        for a in node.args:
-            visit(a)
-    for r in roots:
-        visit(r)
-    return list(out)
+    holds: dict[Node, bool] = {}                      # the subtree holds a cross-sectional node
+    out: list[Call] = []
+    for node in distinct_nodes(roots):
+        inner = isinstance(node, Call) and any(holds[a] for a in node.args)
+        cross = isinstance(node, Call) and node.op in KERNELS
+        if cross and not inner:
+            out.append(node)
+        holds[node] = cross or inner
+    return out
 
 
 def stage(roots: list[Node], run: Run, max_operands: int | None = None) -> tuple[list[Node], dict[str, Tensor]]:
@@ -77,8 +61,7 @@ def stage(roots: list[Node], run: Run, max_operands: int | None = None) -> tuple
                 pseudo[name] = KERNELS[node.op](*(values[slot[a]] for a in node.args))
                 done[node] = Field(name)
             del values
-        memo: dict = {}
-        roots = [_substitute(r, done, memo) for r in roots]
+        roots = rebuild(roots, lambda call, args: done.get(call) or Call(call.op, args, call.params))
 
 
 def _parts(nodes: list[Call], max_operands: int | None) -> list[list[Call]]:
