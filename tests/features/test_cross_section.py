@@ -244,6 +244,9 @@ def test_universe_errors_are_one_line(frames, tmp_path):
     assert res.returncode != 0 and "no universe 'nope'" in res.stderr and "Traceback" not in res.stderr
     res = run_cli(*["features", str(base), "-o", str(tmp_path / "g"), "--expr", "R=CSRank($close)", "--label", "none"])
     assert res.returncode == 0, res.stderr
+    from kline_store import FeatureWindows
+    with pytest.raises(InputError, match="R are cross-sectional"):
+        FeatureWindows(base, 6, {"M": "Mean($close, 5)", "R": "CSRank($close)"})
 
 
 @settings(max_examples=20, deadline=None)
