@@ -1,7 +1,7 @@
 """Alpha101 side by side: kline-store's `alpha101` set against a pandas transcription of the paper's formulas
 (tests/features/alpha101_pandas.py) and against KunQuant 0.1.12's own Alpha101 (82 alphas, compiled once into
---cache), on a synthetic panel without missing days (random walks, float32 as a store keeps them; vwap given,
-amount = vwap * volume for KunQuant).
+--cache), on a panel without missing days (synthetic random walks, or a store's complete symbols: --store), float32
+as a store keeps them, the same vwap given to all three.
 
     python scripts/compare_alpha101.py [--symbols 64] [--days 600] [--industries 0] [--kunquant PYTHON]
 
@@ -55,6 +55,20 @@ def synthetic(n_sym: int, n_days: int, seed: int, n_ind: int) -> dict[str, np.nd
     return out
 
 
+def from_store(path: str, n_days: int) -> dict[str, np.ndarray]:
+    """The symbols of a bar store with every bar of its last n_days present (a multiple of 4 of them, KunQuant's
+    double blocks); vwap as the typical price (high + low + close) / 3 where the store has none."""
+    from kline_store import open_store
+    with open_store(path) as st:
+        arrays = {f: np.asarray(st.array(f))[:, -n_days:] for f in FIELDS if f in st.fields}
+    full = np.all([np.isfinite(v).all(axis=1) for v in arrays.values()], axis=0)
+    rows = np.flatnonzero(full)[: (int(full.sum()) // 4) * 4]
+    out = {k: np.ascontiguousarray(v[rows], dtype=np.float32) for k, v in arrays.items()}
+    if "vwap" not in out:
+        out["vwap"] = ((out["high"].astype(np.float64) + out["low"] + out["close"]) / 3).astype(np.float32)
+    return out
+
+
 def ours(panel: dict[str, np.ndarray], exprs: dict[str, str]) -> dict[str, np.ndarray]:
     n_sym, n_days = panel["close"].shape
     values = {k: torch.from_numpy(v) for k, v in panel.items()}
@@ -73,7 +87,7 @@ def kunquant_side(python: str, cache: Path, panel: dict[str, np.ndarray]) -> tup
     with tempfile.TemporaryDirectory() as tmp:
         src, dst = Path(tmp) / "in.npz", Path(tmp) / "out.npz"
         p64 = {k: v.astype(np.float64) for k, v in panel.items()}
-        np.savez(src, **p64, amount=p64["vwap"] * p64["volume"])
+        np.savez(src, **p64)
         proc = subprocess.run([python, str(ROOT / "tests" / "features" / "kunquant_alpha101.py"), str(cache),
                                str(src), str(dst)], capture_output=True, text=True, timeout=1800)
         if proc.returncode != 0:
@@ -110,15 +124,25 @@ def main() -> None:
     ap.add_argument("--industries", type=int, default=5, help="industry codes (0: leave the industry alphas out)")
     ap.add_argument("--kunquant", default=os.environ.get("KLINE_KUNQUANT_PYTHON"))
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "kline-store-kunquant"))
+    ap.add_argument("--store", help="a bar store instead of the synthetic panel: its symbols with all of the last "
+                                    "--days bars (no cap, no industry; vwap the typical price unless stored)")
+    ap.add_argument("--float64", action="store_true",
+                    help="give ours float64 fields (element-wise steps then round as the references' do)")
     ap.add_argument("--json", help="write the rows here too")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    panel = synthetic(args.symbols, args.days, args.seed, args.industries)
+    if args.store:
+        panel, args.industries = from_store(args.store, args.days), 0
+        args.symbols = panel["close"].shape[0]
+    else:
+        panel = synthetic(args.symbols, args.days, args.seed, args.industries)
     exprs = alpha101(industry="industry" if args.industries else None)
+    if args.float64:
+        panel = {k: v.astype(np.float64) for k, v in panel.items()}
     t0 = time.process_time()
     mine = ours(panel, exprs)
     ours_s = time.process_time() - t0
-    numbers = [k for k in PAPER if f"ALPHA{k:03d}" in exprs]
+    numbers = [k for k in PAPER if f"ALPHA{k:03d}" in exprs and (k != 56 or "cap" in panel)]
     ref = pandas_side(panel, numbers)
     kq, kq_note = ({}, "KunQuant: not run (no --kunquant / KLINE_KUNQUANT_PYTHON)")
     if args.kunquant and Path(args.kunquant).exists():
@@ -127,8 +151,8 @@ def main() -> None:
     kq_exprs = alpha101(industry="industry" if args.industries else None, ts_rank="count", windows="round")
     theirs_way = ours(panel, kq_exprs) if kq else {}
     rows = []
-    print(f"{args.symbols} symbols x {args.days} days, seed {args.seed}; ours {ours_s:.2f} CPU s (one thread); "
-          f"{kq_note}")
+    what = f"store {args.store}" if args.store else f"seed {args.seed}"
+    print(f"{args.symbols} symbols x {args.days} days, {what}; ours {ours_s:.2f} CPU s (one thread); {kq_note}")
     print(f"{'alpha':>8} {'vs pandas':>10} {'ours NaN':>9} {'vs KunQuant':>12} {'ours NaN':>9} {'KQ conv.':>9}")
     for k in numbers:
         name = f"ALPHA{k:03d}"

@@ -123,7 +123,7 @@ def test_kunquant_agrees_where_it_defines_an_alpha_alike(tmp_path):
     cache = Path(os.environ.get("KLINE_KUNQUANT_CACHE", Path.home() / ".cache" / "kline-store" / "kunquant"))
     data = panel(n_days=300)
     p64 = {k: v.astype(np.float64) for k, v in data.items()}
-    np.savez(tmp_path / "in.npz", **p64, amount=p64["vwap"] * p64["volume"])
+    np.savez(tmp_path / "in.npz", **p64)
     names = [f"alpha{k:03d}" for k in KUNQUANT_ALIKE]
     proc = subprocess.run([python, str(HERE / "kunquant_alpha101.py"), str(cache), str(tmp_path / "in.npz"),
                            str(tmp_path / "out.npz"), *names], capture_output=True, text=True, timeout=900)
