@@ -16,11 +16,12 @@ and the usual pandas ports choose otherwise):
     product(x, 1) -> x         log(product(x, d)) -> Sum(Log(x), d) (the paper's only other product)
     min / max(x, number) -> Min / Max (the paper's ts_min / ts_max)        min / max(x, y) -> Less / Greater
     a ? b : c -> If(a, b, c)   || -> Or   && -> And   a < b -> Lt(a, b) (0 or 1, as the paper uses them)
-    returns -> $close/Ref($close, 1) - 1       adv{d} -> Mean($volume, d)       vwap -> $vwap       cap -> $cap
+    returns -> $close/Ref($close, 1) - 1       adv{d} -> Mean($volume, d) (shares; adv="dollar": times vwap)
+    vwap -> $vwap (vwap="EXPR" for another, e.g. "$amount/$volume")      cap -> $cap
     a window d that is not an integer is floor(d), as the paper defines it
 
 Data a store may lack: cap (alpha 56), vwap (alphas 5, 11, 25, 27, 32, 36, 41, 42, 47, 50, 57, 61, 62, 64, 65, 66,
-71-75, 77, 78, 81, 83-86, 94, 96, 98 and industry ones); they read NaN without it (features says which field is
+71-75, 77, 78, 81, 83, 84, 86, 94, 96, 98; industry ones too); they read NaN without it (features says which field is
 missing). The 18 alphas with indneutralize (INDUSTRY) need an industry field: alpha101(industry="FIELD").
 """
 
@@ -313,8 +314,10 @@ def _window(tree: Tree, rounded: bool = False) -> int:
 class _Ours:
     """Trees of the paper's language as our expression text (the rules in the module's docstring)."""
 
-    def __init__(self, industry: str | None, vwap: str, ts_rank: str = "percent", windows: str = "floor"):
+    def __init__(self, industry: str | None, vwap: str, ts_rank: str = "percent", windows: str = "floor",
+                 adv: str = "volume"):
         self.industry, self.vwap, self.count_rank, self.rounded = industry, vwap, ts_rank == "count", windows == "round"
+        self.adv = "$volume" if adv == "volume" else f"($volume * {vwap})"
 
     def window(self, tree: Tree) -> int:
         return _window(tree, self.rounded)
@@ -351,7 +354,7 @@ class _Ours:
             return "($close/Ref($close, 1) - 1)"
         m = re.fullmatch(r"adv(\d+)", low)
         if m:
-            return f"Mean($volume, {int(m.group(1))})"
+            return f"Mean({self.adv}, {int(m.group(1))})"
         raise InputError(f"alpha101: unknown name {name!r}")
 
     def call(self, fn: str, args: list[Tree]) -> str:
@@ -396,13 +399,13 @@ def paper_tree(formula: str) -> Tree:
 
 
 def translate(formula: str, industry: str | None = None, vwap: str = "$vwap", *, ts_rank: str = "percent",
-              windows: str = "floor") -> str:
+              windows: str = "floor", adv: str = "volume") -> str:
     """One formula of the paper's language as an expression of ours (alpha101 says what the options do)."""
-    return _Ours(industry, vwap, ts_rank, windows)(paper_tree(formula))
+    return _Ours(industry, vwap, ts_rank, windows, adv)(paper_tree(formula))
 
 
 def alpha101(industry: str | None = None, vwap: str = "$vwap", *, ts_rank: str = "percent",
-             windows: str = "floor") -> dict[str, str]:
+             windows: str = "floor", adv: str = "volume") -> dict[str, str]:
     """ALPHA001 .. ALPHA101 -> expression.
 
     Args:
@@ -411,11 +414,13 @@ def alpha101(industry: str | None = None, vwap: str = "$vwap", *, ts_rank: str =
         ts_rank: "percent" (ours: the percentile in (0, 1], as the paper compares ts_rank with rank and takes
             1 - ts_rank) or "count" (1 .. d, KunQuant's and the pandas ports').
         windows: "floor" (the paper's rule for a non-integer d) or "round" (KunQuant's).
+        adv: "volume" (adv{d} the mean share volume, as KunQuant and the pandas ports) or "dollar" (the paper's
+            words, average daily dollar volume: the mean of volume * vwap).
     """
     if industry is not None and not re.fullmatch(r"\w+", industry):
         raise InputError(f"alpha101: industry={industry!r} is not a field name (letters, digits, _)")
-    if ts_rank not in ("percent", "count") or windows not in ("floor", "round"):
-        raise InputError(f"alpha101: ts_rank must be 'percent' or 'count' and windows 'floor' or 'round', got "
-                         f"{ts_rank!r} and {windows!r}")
-    return {f"ALPHA{k:03d}": translate(f, industry, vwap, ts_rank=ts_rank, windows=windows)
+    if ts_rank not in ("percent", "count") or windows not in ("floor", "round") or adv not in ("volume", "dollar"):
+        raise InputError(f"alpha101: ts_rank must be 'percent' or 'count', windows 'floor' or 'round' and adv "
+                         f"'volume' or 'dollar', got {ts_rank!r}, {windows!r} and {adv!r}")
+    return {f"ALPHA{k:03d}": translate(f, industry, vwap, ts_rank=ts_rank, windows=windows, adv=adv)
             for k, f in PAPER.items() if industry is not None or k not in INDUSTRY}

@@ -79,6 +79,7 @@ def test_the_set_and_its_translation_rules():
         "If(Lt($close, $open), 1, (-1 * 1))"
     assert translate("scale(close, 3)") == "(CSScale($close) * 3)"
     assert translate("adv20 + vwap", vwap="$amount/$volume") == "(Mean($volume, 20) + $amount/$volume)"
+    assert translate("adv20", adv="dollar") == "Mean(($volume * $vwap), 20)"
     with pytest.raises(InputError, match="indneutralize needs an industry field"):
         translate(PAPER[48])
     with pytest.raises(InputError, match="not a field name"):
