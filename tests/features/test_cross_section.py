@@ -269,3 +269,14 @@ def test_stages_in_parts_give_the_same_values(case, max_operands):
         results.append(evaluate(final, {**values, **pseudo}, first, last).values.numpy())
     assert np.array_equal(results[0], results[1], equal_nan=True)
     assert np.array_equal(results[0], evaluate(roots, values, first, last).values.numpy(), equal_nan=True)
+
+
+def test_a_deep_expression_stages_without_recursion():
+    """A sum of thousands of terms is a tree thousands deep: the stages' walks need no Python recursion."""
+    a = torch.tensor(np.random.default_rng(2).normal(size=(5, 8)), dtype=torch.float32)
+    deep = "CSRank(" + "+".join(["$a"] * 3000) + ") + " + "+".join(["0"] * 2000 + ["CSDemean($a)"])
+    first, last = torch.zeros(5, dtype=torch.int64), torch.full((5,), 7)
+    members = torch.ones(5, 8, dtype=torch.bool)
+    got = evaluate([deep], {"a": a}, first, last, 2, members).values[..., 0].numpy()
+    want = evaluate(["CSRank($a) + CSDemean($a)"], {"a": a}, first, last).values[..., 0].numpy()
+    assert np.allclose(got, want, rtol=1e-6)
