@@ -5,11 +5,11 @@ as a store keeps them, the same vwap given to all three.
 
     python scripts/compare_alpha101.py [--symbols 64] [--days 600] [--industries 0] [--kunquant PYTHON]
 
-One row per alpha: the share of the reference's finite cells where ours agrees (and, last column, where ours
-under KunQuant's two conventions, alpha101(ts_rank="count", windows="round"), agrees with KunQuant) (|ours - ref| <= 1e-6 + 1e-4 |ref|,
-the same infinity), and where ours is NaN, from the first day all of the alpha's windows are full (before it ours,
-as Qlib, computes from the rows there are, the references give NaN). KunQuant runs in its own virtualenv (KLINE_KUNQUANT_PYTHON,
-scripts/_kunquant_env.sh); without it that column is left out.
+One row per alpha, from the first day all of the alpha's windows are full (before it ours computes, as Qlib, from
+the rows there are; the references give NaN): the share of the reference's finite cells where ours agrees
+(|ours - ref| <= 1e-6 + 1e-4 |ref|), where ours is NaN, and (last column) where ours under KunQuant's two
+conventions, alpha101(ts_rank="count", windows="round"), agrees with KunQuant. KunQuant runs in its own virtualenv
+(KLINE_KUNQUANT_PYTHON, scripts/_kunquant_env.sh); without it its columns are left out.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 
 Compiles KunQuant's own predefined Alpha101 (the named alphas, all 82 without names) to a library once per
 (names, dtype) and keeps it in CACHE_DIR (a compile of all 82 takes about 30 s to minutes), then runs it on one
-thread over IN's panel ([stocks, time] float64 arrays open, high, low, close, volume, vwap; stocks a multiple of 4) and writes
-each alpha as [stocks, time] float64 to OUT. Prints `ok` and the compile and run seconds.
+thread over IN's panel ([stocks, time] float64 arrays open, high, low, close, volume, vwap; stocks a multiple of
+4) and writes each alpha as [stocks, time] float64 to OUT. Prints `ok` and the compile and run seconds.
 """
 
 from __future__ import annotations
