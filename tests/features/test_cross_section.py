@@ -280,3 +280,18 @@ def test_a_deep_expression_stages_without_recursion():
     got = evaluate([deep], {"a": a}, first, last, 2, members).values[..., 0].numpy()
     want = evaluate(["CSRank($a) + CSDemean($a)"], {"a": a}, first, last).values[..., 0].numpy()
     assert np.allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_computes_what_the_cpu_does():
+    rng = np.random.default_rng(4)
+    a = rng.normal(size=(40, 30)).round(1).astype(np.float32)
+    a[rng.random(a.shape) < 0.2] = np.nan
+    g = rng.integers(0, 4, a.shape).astype(np.float32)
+    members = rng.random(a.shape) < 0.7
+    cpu = ours(a, g, members)
+    n_sym, n_bars = a.shape
+    ev = evaluate(EXPRS, {"a": torch.from_numpy(a).cuda(), "g": torch.from_numpy(g).cuda()},
+                  torch.zeros(n_sym, dtype=torch.int64), torch.full((n_sym,), n_bars - 1), 7,
+                  torch.from_numpy(members).cuda(), dtype=torch.float64)
+    assert np.allclose(ev.values.cpu().numpy(), cpu, rtol=1e-12, atol=1e-12, equal_nan=True)
