@@ -12,7 +12,8 @@ from ..progress import silenced
 @click.argument("store")
 @click.option("-o", "--out", type=click.Path(), help="The features store to write (not with --update).")
 @click.option("--set", "sets", multiple=True, metavar="NAME",
-              help="A named set: alpha158, alpha360, alpha101 (repeatable; default alpha158 unless --expr/--file).")
+              help="A named set: alpha158, alpha360, alpha101, alpha101:FIELD (with the industry alphas, FIELD "
+                   "holding industry codes) (repeatable; default alpha158 unless --expr/--file).")
 @click.option("--expr", "exprs", multiple=True, metavar="NAME=EXPR",
               help="A Qlib expression, e.g. 'MA5=Mean($close, 5)/$close' (repeatable).")
 @click.option("--file", "files", multiple=True, type=click.Path(), help="A file of NAME=EXPR lines.")

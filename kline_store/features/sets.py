@@ -95,8 +95,12 @@ _SETS = {"alpha158": alpha158, "alpha360": alpha360, "alpha101": alpha101, "labe
 
 
 def feature_set(name: str) -> dict[str, str]:
-    """name -> expression of a known set; InputError naming the known sets otherwise."""
+    """name -> expression of a known set; InputError naming the known sets otherwise. ``alpha101:FIELD`` is
+    alpha101 with its 18 indneutralize alphas, FIELD the store's field of industry codes."""
+    if isinstance(name, str) and name.lower().startswith("alpha101:"):
+        return alpha101(industry=name.split(":", 1)[1])
     make = _SETS.get(name.lower()) if isinstance(name, str) else None
     if make is None:
-        raise InputError(f"unknown feature set {name!r}; known sets: {', '.join(sorted(_SETS))}")
+        raise InputError(f"unknown feature set {name!r}; known sets: {', '.join(sorted(_SETS))} "
+                         "(alpha101:FIELD with an industry field)")
     return make()

@@ -63,6 +63,7 @@ def agreement(got: np.ndarray, want: np.ndarray, start: int) -> float:
 def test_the_set_and_its_translation_rules():
     plain, full = alpha101(), alpha101(industry="industry")
     assert len(full) == 101 and len(plain) == 101 - len(INDUSTRY) == 83 and feature_set("alpha101") == plain
+    assert feature_set("alpha101:industry") == full
     assert INDUSTRY == {48, 58, 59, 63, 67, 69, 70, 76, 79, 80, 82, 87, 89, 90, 91, 93, 97, 100}
     for expr in full.values():
         parse(expr)                                                  # every one is a valid expression
