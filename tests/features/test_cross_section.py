@@ -295,3 +295,25 @@ def test_cuda_computes_what_the_cpu_does():
                   torch.zeros(n_sym, dtype=torch.int64), torch.full((n_sym,), n_bars - 1), 7,
                   torch.from_numpy(members).cuda(), dtype=torch.float64)
     assert np.allclose(ev.values.cpu().numpy(), cpu, rtol=1e-12, atol=1e-12, equal_nan=True)
+
+
+def test_operators_over_a_universe_equal_the_processors_over_it(frames, tmp_path):
+    """CSRank/CSZScore inside expressions over universe members equal process_features' CSRankNorm/CSZScoreNorm
+    over the same universe (the route compared with Qlib's DataHandlerLP(instruments=NAME) in test_process)."""
+    from kline_store import compute_features, ingest, process_features, set_universe
+    from test_compute import panel, write_folder
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    spans = pl.DataFrame({"symbol": ["S00", "S01", "S03", "S04", "S06", "S07", "S01"],
+                          "start": ["2021-01-01", "2021-01-01", "2021-02-10", "2021-01-01", "2021-03-01",
+                                    "2021-01-01", "2021-05-03"],
+                          "end": [None, "2021-04-01", None, "2021-02-26", None, None, None]})
+    set_universe(base, "core", spans)
+    compute_features(base, tmp_path / "raw", sets=[], exprs={"C": "$close", "V": "Mean($volume, 5)"}, label=None)
+    for proc, expr in (("CSRankNorm", "(CSRank($close) - 0.5) * 3.46"), ("CSZScoreNorm", "CSZScore($close)")):
+        process_features(tmp_path / "raw", tmp_path / proc, infer=[proc], learn=[], universe="core")
+        compute_features(base, tmp_path / f"ours{proc}", sets=[], exprs={"C": expr}, label=None, universe="core",
+                         block_symbols=3)
+        want, got = panel(tmp_path / proc)[..., 0], panel(tmp_path / f"ours{proc}")[..., 0]
+        assert np.array_equal(np.isnan(want), np.isnan(got)), proc
+        assert np.isfinite(got).sum() > 300 and np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), proc
