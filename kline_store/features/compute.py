@@ -30,7 +30,7 @@ from ..store import lock, manifest as mf, safefs, writer as W
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
 from .evaluate import evaluate
-from .nodes import Node
+from .nodes import Node, fields_of
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
 from .stages import MEMBERS, stage
 
@@ -54,6 +54,7 @@ class FeatureReport:
     device: str
     missing_fields: list[str] = field(default_factory=list)
     version: int = 0
+    missing_readers: list[str] = field(default_factory=list)   # the features that read a missing field
 
     def lines(self) -> list[str]:
         what = {"full": "computed", "tail": "appended", "none": "up to date"}[self.mode]
@@ -63,8 +64,13 @@ class FeatureReport:
         if self.reason:
             out.append(f"note: full recompute: {self.reason}")
         if self.missing_fields:
+            readers = self.missing_readers
+            plural = "s" if len(readers) != 1 else ""
+            which = (f" ({len(readers)} feature{plural}: {', '.join(readers[:8])}{', ...' if len(readers) > 8 else ''})"
+                     if readers else "")
             out.append(f"warning missing_field: the store has no {', '.join('$' + f for f in self.missing_fields)}"
-                       f": expressions reading it are NaN (as in Qlib)")
+                       f": expressions reading it{which} read NaN, as in Qlib (a comparison with NaN is 0, so "
+                       "such a feature may be 0 rather than NaN)")
         return out
 
 
@@ -268,7 +274,13 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
         m, missing = _write_full(out, st, plan, dev, block_symbols, None)
         W.collect(out, m)
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
-                         time.perf_counter() - t0, str(dev), missing, m["version"])
+                         time.perf_counter() - t0, str(dev), missing, m["version"], _readers(plan, missing))
+
+
+def _readers(plan: FeaturePlan, missing: list[str]) -> list[str]:
+    """The plan's features that read one of the missing fields."""
+    gone = set(missing)
+    return [f.name for f in plan.fields if fields_of(f.node) & gone]
 
 
 def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
@@ -336,7 +348,7 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
         W.clean_staging(out)
         W.collect(out, new)
     return FeatureReport(out, mode, reason, st.n_symbols, st.n_dates, plan.names, bars, time.perf_counter() - t0,
-                         str(dev), missing, new["version"])
+                         str(dev), missing, new["version"], _readers(plan, missing))
 
 
 def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.device,

@@ -137,3 +137,14 @@ def test_kunquant_agrees_where_it_defines_an_alpha_alike(tmp_path):
         name = f"ALPHA{k:03d}"
         start = lookback(parse(exprs[name])) + 1
         assert agreement(mine[name], theirs[f"alpha{k:03d}"], start) >= 0.999, name
+
+
+def test_a_store_without_vwap_names_the_alphas_that_read_it(tmp_path):
+    from test_compute import bars, write_folder
+
+    from kline_store import compute_features, ingest
+    ingest([write_folder(tmp_path / "a", bars(2, 4, 40))], tmp_path / "base")
+    exprs = {k: v for k, v in alpha101().items() if k in ("ALPHA041", "ALPHA061", "ALPHA101")}
+    rep = compute_features(tmp_path / "base", tmp_path / "f", sets=[], exprs=exprs, label=None)
+    line = next(x for x in rep.lines() if "missing_field" in x)
+    assert "$vwap" in line and "2 features: ALPHA041, ALPHA061)" in line and "may be 0" in line
