@@ -4,7 +4,9 @@ Every case is a value or one KlineStoreError line, within seconds."""
 
 from __future__ import annotations
 
+import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
@@ -22,7 +24,8 @@ from kline_store.features.plan import make_plan
 
 sys.path.insert(0, str(Path(__file__).parent))
 from conftest import run_cli  # noqa: E402
-from qlib_run import one_thread  # noqa: E402,F401  (an autouse fixture)
+from qlib_run import one_thread, qlib_python  # noqa: E402,F401  (one_thread: an autouse fixture)
+from test_ops import make_panel  # noqa: E402
 from test_compute import bars, write_folder  # noqa: E402
 
 
@@ -145,6 +148,28 @@ def test_operators_on_numbers_alone_are_refused(expr, pos, what):
     assert "\n" not in msg and repr(expr) in msg and f"position {pos}:" in msg and what in msg, msg
 
 
+def test_qlib_fails_where_the_parser_refuses_and_computes_where_it_accepts(tmp_path):
+    """Ask Qlib itself, expression by expression: each refused case fails inside Qlib, each kept one computes."""
+    refused = ["Abs(-1)", "Log(2)", "Add(1, 2)", "Gt(1, 2)", "$close + Sign(-3)", "Mean(1, 5)", "If(1, $close, 2)",
+               "Corr($close, 1, 5)", "Corr(1, $close, 5)", "Power(2, 3)"]
+    kept = ["Add($close, 1)", "Add(1, $close)", "If($close > 1, 1, 0)", "Greater($close, 2)", "$close + 10**30"]
+    panel = make_panel(5, n_sym=2, n_bars=30)
+    np.savez(tmp_path / "panel.npz", **panel)
+    (tmp_path / "exprs.json").write_text(json.dumps(refused + kept))
+    done = subprocess.run([str(qlib_python()), str(Path(__file__).parent / "qlib_each.py"), str(tmp_path / "panel.npz"),
+                           str(tmp_path / "qlib"), str(tmp_path / "exprs.json"), str(tmp_path / "out.json")],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    qlib = json.loads((tmp_path / "out.json").read_text())
+    for expr in refused:
+        assert qlib[expr] != "ok", expr
+        with pytest.raises(InputError, match="a number|both numbers"):
+            parse(expr)
+    for expr in kept:
+        assert qlib[expr] == "ok", (expr, qlib[expr])
+        parse(expr)
+
+
 def test_bitwise_operators_on_floats_are_refused():
     with pytest.raises(InputError, match=r"position 12: & between the numbers 0.5 and 1"):
         parse("$close+(0.5 & 1)")
@@ -161,7 +186,8 @@ def test_one_number_where_qlib_takes_one_is_kept():
 def test_limits_are_one_line():
     for bad, what in [("$close+" * (MAX_EXPRESSION_CHARS // 7 + 1) + "1", "characters, more than"),
                       (f"Mean($close, {MAX_WINDOW + 1})", "must lie within"),
-                      (f"Mean($close, {10 ** 400})", "must be an integer, got inf"), ("Mean($close, 1e8)", "an integer")]:
+                      (f"Mean($close, {10 ** 400})", "must be an integer, got inf"),
+                      ("Mean($close, 1e8)", "an integer")]:
         with pytest.raises(InputError, match=what) as err:
             parse(bad)
         assert "\n" not in str(err.value) and len(str(err.value)) < 600
