@@ -7,12 +7,14 @@ on the whole panel, and its result becomes a pseudo-field (a name no expression 
 node in every expression. When no cross-sectional node is left, the rewritten expressions go through the usual
 block passes with the pseudo-fields as inputs. Values equal a single pass over all symbols cell for cell (same
 float64 operands, same kernels); a subexpression shared by a stage and the final pass is computed in each.
-Memory: one [symbols, bars] float64 panel per distinct cross-sectional node (alpha101 has 123), plus the operands
-of one call of `run` (bounded by max_operands).
+Memory: one [symbols, bars] float64 panel per distinct cross-sectional node that a later stage or the final pass
+still reads (a node read only by another cross-sectional node is freed once that one is made), plus the operands of
+one call of `run` (bounded by max_operands).
 """
 
 from __future__ import annotations
 
+import itertools
 from typing import Callable
 
 from torch import Tensor
@@ -45,6 +47,7 @@ def stage(roots: list[Node], run: Run, max_operands: int | None = None) -> tuple
     pseudo-fields made so far; ``max_operands`` bounds how many operand panels one call returns (None: a stage's
     all at once)."""
     pseudo: dict[str, Tensor] = {}
+    counter = itertools.count()
     while True:
         ready = _innermost(roots)
         if not ready:
@@ -57,11 +60,14 @@ def stage(roots: list[Node], run: Run, max_operands: int | None = None) -> tuple
                     slot.setdefault(a, len(slot))
             values = run({f"operand{k}": a for a, k in slot.items()}, pseudo)
             for node in part:
-                name = PSEUDO.format(len(pseudo))
+                name = PSEUDO.format(next(counter))
                 pseudo[name] = KERNELS[node.op](*(values[slot[a]] for a in node.args))
                 done[node] = Field(name)
             del values
         roots = rebuild(roots, lambda call, args: done.get(call) or Call(call.op, args, call.params))
+        read = {n.name for n in distinct_nodes(roots) if isinstance(n, Field)}
+        for name in [p for p in pseudo if p not in read]:   # read only by nodes now replaced: free it
+            del pseudo[name]
 
 
 def _parts(nodes: list[Call], max_operands: int | None) -> list[list[Call]]:
