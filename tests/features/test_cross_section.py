@@ -196,11 +196,12 @@ def test_a_universe_and_update_recompute_the_new_days_only(frames, tmp_path):
                           "end": [None, "2021-06-30", "2021-03-01", None, None, None]})
     set_universe(base, "core", spans)
     feats = tmp_path / "feats"
-    compute_features(base, feats, sets=[], exprs=CROSS, universe="core")
+    label = "CSRank(Ref($close, -2)/Ref($close, -1) - 1)"               # a cross-sectional label: looks ahead
+    compute_features(base, feats, sets=[], exprs=CROSS, universe="core", label=label)
     append(base, [write_folder(tmp_path / "b", after)])
     rep = update_features(feats)
     assert rep.mode == "tail" and rep.reason == "", rep.reason
-    compute_features(base, tmp_path / "full", sets=[], exprs=CROSS, universe="core", block_symbols=3)
+    compute_features(base, tmp_path / "full", sets=[], exprs=CROSS, universe="core", block_symbols=3, label=label)
     assert same(panel(feats), panel(tmp_path / "full"))
     with open_store(base) as b:
         inside = b.universe("core")
