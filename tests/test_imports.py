@@ -41,7 +41,8 @@ LAYERS = {
                 "transforms", "gather", "dataset", "cross_section", "splits", "feature_windows", "__init__"],
     "measure": ["timing", "meter", "synthetic", "footprint", "shuffle", "tune", "classic", "bench_rows",
                 "bench_report", "bench", "__init__"],
-    "features": ["nodes", "fold", "parse", "window", "moments", "infinity", "rolling", "smooth", "ops", "evaluate", "sets",
+    "features": ["nodes", "fold", "parse", "window", "moments", "infinity", "rolling", "smooth", "cross_section",
+                 "ops", "stages", "evaluate", "alpha101", "sets",
                  "plan", "compute", "processors", "fit", "process", "__init__"],
     "cli": ["perf", "features", "options", "main", "__init__", "__main__"],
 }

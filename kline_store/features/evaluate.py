@@ -21,10 +21,12 @@ from torch import Tensor
 
 from kline_store.errors import InputError
 
-from .nodes import Call, Const, Field, Node, fields_of, postorder
 from . import infinity
+from .cross_section import crossing, restrict
+from .nodes import Call, Const, Field, Node, fields_of, postorder
 from .ops import apply
 from .parse import parse
+from .stages import MEMBERS, stage
 from .window import Span, mask
 
 Expr = Union[str, Node]
@@ -179,24 +181,51 @@ def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[i
 
 
 def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
-             last: Tensor, symbols_per_pass: int | None = None) -> Evaluation:
+             last: Tensor, symbols_per_pass: int | None = None, members: Tensor | None = None,
+             dtype: torch.dtype = torch.float32) -> Evaluation:
     """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
     one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
-    freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols never
-    interact, so the passes give the same values)."""
+    freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols interact
+    only in cross-sectional operators, evaluated over all symbols between passes: stages.py; the passes give
+    the same values). members: bool [S, T], a universe's member days: cross-sections hold those only
+    (other cells of a cross-sectional operator are NaN). dtype: of the values returned."""
     named = _named(exprs)
     roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
     n_sym, n_bars = _check(values, first, last)
     sample = next(iter(values.values()))
     wanted = frozenset().union(*(fields_of(r) for r in roots))
     missing = frozenset(f for f in wanted if f not in values)
-    # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
-    out = torch.empty((len(roots), n_sym, n_bars), dtype=torch.float32, device=sample.device)
     order, _ = _order(roots)
+    n_computed = len(order)
     step = symbols_per_pass or max(1, n_sym)
+    if any(crossing(r) for r in roots):
+        roots, values = _cross(roots, values, first, last, step, members)
+        wanted = frozenset().union(*(fields_of(r) for r in roots))
+        order, _ = _order(roots)
+    # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
+    out = torch.empty((len(roots), n_sym, n_bars), dtype=dtype, device=sample.device)
     for s0 in range(0, n_sym, step):
         rows = slice(s0, min(n_sym, s0 + step))
         part = {name: v[rows] for name, v in values.items()}
         _one_pass(roots, order, part, first[rows], last[rows], wanted, out[:, rows])
-    return Evaluation(out.permute(1, 2, 0), tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
+    return Evaluation(out.permute(1, 2, 0), tuple(named), missing, n_computed, tuple(lookback(r) for r in roots),
                       tuple(lookahead(r) for r in roots))
+
+
+def _cross(roots: list[Node], values: Mapping[str, Tensor], first: Tensor, last: Tensor, step: int,
+           members: Tensor | None) -> tuple[list[Node], dict[str, Tensor]]:
+    """Roots and values for the passes: cross-sections restricted to the members, and evaluated over every
+    symbol between the passes when the passes split the symbols."""
+    values = dict(values)
+    if members is not None:
+        sample = next(iter(values.values()))
+        values[MEMBERS.name] = torch.where(members.to(sample.device), 1.0, float("nan")).to(torch.float32)
+        roots = [restrict(r, MEMBERS) for r in roots]
+    if step >= first.shape[0]:
+        return roots, values       # one pass holds every symbol: the operators run in it
+
+    def run(operands: dict[str, Node], pseudo: dict[str, Tensor]) -> Tensor:
+        ev = evaluate(operands, {**values, **pseudo}, first, last, step, dtype=torch.float64)
+        return ev.values.permute(2, 0, 1)
+    roots, pseudo = stage(roots, run)
+    return roots, {**values, **pseudo}
