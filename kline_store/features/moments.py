@@ -2,7 +2,7 @@
 Rsquare, Resi.
 
 Each statistic is assembled from window sums of per-bar tensors (NaN filled with 0, validity as 0/1), and a
-window sum is `unfold(...).sum(-1)` over a view: every window summed afresh, no running sum that drifts, so
+window sum adds the window's own terms oldest first: every window summed afresh, no running sum that drifts, so
 a window of zeros sums to exactly 0 (Qlib's SUMP-style 0/(0+1e-12) stays 0). Second moments are taken about a
 per-symbol centre (the series' first valid value, so no later bar moves a value's rounding), which keeps the usual sum-of-squares cancellation far below float64's
 resolution for prices and volumes; a window whose valid values are all equal gets variance exactly 0, as
@@ -21,21 +21,35 @@ import torch
 from torch import Tensor
 from torch.nn.functional import pad
 
+from . import kernels
 from .window import Span, shared
 
 _NAN = float("nan")
 
 
 def wsum(z: Tensor, n: int) -> Tensor:
-    """Sum of z over the n bars ending at each bar (bars before the block count as 0)."""
+    """Sum of z over the n bars ending at each bar (bars before the block count as 0), the window's terms
+    added oldest first: an order any engine can keep (the compiled kernel gives the same bits; a reduction
+    such as unfold().sum() would depend on the CPU's vector width)."""
+    kern = kernels.compiled_for(z)
+    if kern is not None:
+        return kernels.window_sum(kern, z, n)
     if n >= z.shape[1]:
         return z.cumsum(1)  # expanding: a running sum from the block's start, no differences taken
-    return pad(z, (n - 1, 0)).unfold(1, n, 1).sum(-1)
+    n_bars = z.shape[1]
+    padded = pad(z, (n - 1, 0))
+    acc = padded[:, :n_bars].clone()
+    for k in range(1, n):
+        acc += padded[:, k : k + n_bars]
+    return acc
 
 
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
-    """Maximum (or minimum) of z over the n bars ending at each bar. (A van Herk running-extreme version was
-    measured slower: torch's cummax is several times slower than amax over an unfolded view.)"""
+    """Maximum (or minimum) of z (no NaN) over the n bars ending at each bar. (A van Herk running-extreme
+    version was measured slower: torch's cummax is several times slower than amax over an unfolded view.)"""
+    kern = kernels.compiled_for(z)
+    if kern is not None:
+        return kernels.window_extreme(kern, z, n, largest)
     if n >= z.shape[1]:
         return (z.cummax(1) if largest else z.cummin(1)).values
     fill = float("-inf") if largest else float("inf")
