@@ -21,39 +21,57 @@ _JIT = dict(cache=True, nogil=True, fastmath=False, boundscheck=False)
 @numba.njit(**_JIT)
 def window_sum(z, n, out):
     """out[s, t] = z[s, t-n+1] + ... + z[s, t] summed oldest first; bars before the block are +0.0 terms
-    (as torch's zero padding, which also turns a leading -0.0 into +0.0)."""
+    (as torch's zero padding, which also turns a leading -0.0 into +0.0). Lag by lag over the whole row, so
+    that the adds of one lag run side by side in vector registers while each cell keeps its own order."""
     n_sym, n_bars = z.shape
     for s in range(n_sym):
-        for t in range(n_bars):
-            lo = t - n + 1
-            if lo <= 0:
-                acc = 0.0
-                lo = 0
-            else:
-                acc = z[s, lo]
-                lo += 1
-            for j in range(lo, t + 1):
-                acc += z[s, j]
-            out[s, t] = acc
+        row, acc = z[s], out[s]
+        if n >= n_bars:  # every window starts before the block: a running sum from its start
+            total = 0.0
+            for t in range(n_bars):
+                total += row[t]
+                acc[t] = total
+            continue
+        for t in range(n - 1):
+            acc[t] = 0.0
+        for t in range(n - 1, n_bars):
+            acc[t] = row[t - n + 1]
+        for lag in range(n - 2, -1, -1):
+            for t in range(lag, n_bars):
+                acc[t] += row[t - lag]
 
 
 @numba.njit(**_JIT)
 def window_extreme(z, n, largest, fill, out):
     """Maximum (largest) or minimum of z (no NaN) over the n bars ending at each bar; `fill` before the block."""
     n_sym, n_bars = z.shape
+    n = min(n, n_bars)
     for s in range(n_sym):
+        row, best = z[s], out[s]
         for t in range(n_bars):
-            lo = t - n + 1
-            best = fill
-            if lo >= 0:
-                best = z[s, lo]
+            best[t] = fill
+        for lag in range(n - 1, -1, -1):
+            if largest:
+                for t in range(lag, n_bars):
+                    v = row[t - lag]
+                    best[t] = v if v > best[t] else best[t]
             else:
-                lo = 0
-            for j in range(lo, t + 1):
-                v = z[s, j]
-                if (v > best) if largest else (v < best):
-                    best = v
-            out[s, t] = best
+                for t in range(lag, n_bars):
+                    v = row[t - lag]
+                    best[t] = v if v < best[t] else best[t]
+
+
+@numba.njit(**_JIT)
+def _position(buf, m, v):
+    """First index of buf[:m] (ascending) whose value is not below v."""
+    lo, hi = 0, m
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if buf[mid] < v:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
 
 
 @numba.njit(**_JIT)
@@ -63,26 +81,24 @@ def quantile(x, n, q, out):
     n_sym, n_bars = x.shape
     buf = np.empty(min(n, n_bars) + 1, dtype=x.dtype)
     for s in range(n_sym):
+        row, res = x[s], out[s]
         m = 0
         for t in range(n_bars):
             if t - n >= 0:
-                old = x[s, t - n]
-                if not math.isnan(old):
-                    i = np.searchsorted(buf[:m], old)
-                    while i < m - 1 and buf[i] != old:  # -0.0 == 0.0: the first equal one goes
-                        i += 1
-                    for k in range(i, m - 1):
+                old = row[t - n]
+                if not math.isnan(old):  # present: the first equal one goes (-0.0 == 0.0 either way)
+                    for k in range(_position(buf, m, old), m - 1):
                         buf[k] = buf[k + 1]
                     m -= 1
-            v = x[s, t]
+            v = row[t]
             if not math.isnan(v):
-                i = np.searchsorted(buf[:m], v)
+                i = _position(buf, m, v)
                 for k in range(m, i, -1):
                     buf[k] = buf[k - 1]
                 buf[i] = v
                 m += 1
             if m == 0:
-                out[s, t] = np.nan
+                res[t] = np.nan
                 continue
             pos = q * float(m - 1)
             lo = int(math.floor(pos))
@@ -90,9 +106,22 @@ def quantile(x, n, q, out):
             frac = pos - math.floor(pos)
             v_lo = np.float64(buf[lo])
             if frac > 0:
-                out[s, t] = v_lo + (np.float64(buf[hi]) - v_lo) * frac
+                res[t] = v_lo + (np.float64(buf[hi]) - v_lo) * frac
             else:
-                out[s, t] = v_lo
+                res[t] = v_lo
+
+
+@numba.njit(**_JIT)
+def _valid_counts(row, n, count):
+    """count[t]: valid (non-NaN) rows among the n ending at t, from a running count (exact integers)."""
+    n_bars = row.shape[0]
+    total = 0
+    for t in range(n_bars):
+        if not math.isnan(row[t]):
+            total += 1
+        count[t] = total
+    for t in range(n_bars - 1, n - 1, -1):
+        count[t] -= count[t - n]
 
 
 @numba.njit(**_JIT)
@@ -100,25 +129,22 @@ def rank(x, n, out):
     """pandas' rolling rank(pct=True) of the newest value: (count + sum(sign(newest - w))) / 2 + 1/2, / count,
     the differences taken in x's dtype as the torch operator does (NaN rows: sign 0)."""
     n_sym, n_bars = x.shape
+    count = np.empty(n_bars, dtype=np.int64)
+    total = np.empty(n_bars, dtype=np.int64)
     for s in range(n_sym):
+        row, res = x[s], out[s]
+        _valid_counts(row, n, count)
+        total[:] = 0
+        for lag in range(1, min(n, n_bars)):
+            for t in range(lag, n_bars):
+                d = row[t] - row[t - lag]
+                total[t] += (d > 0) - (d < 0)
         for t in range(n_bars):
-            new = x[s, t]
-            if math.isnan(new):
-                out[s, t] = np.nan
-                continue
-            count = 0
-            total = 0
-            for j in range(max(0, t - n + 1), t + 1):
-                w = x[s, j]
-                if not math.isnan(w):
-                    count += 1
-                d = new - w
-                if d > 0:
-                    total += 1
-                elif d < 0:
-                    total -= 1
-            c = float(count)
-            out[s, t] = ((c + float(total)) / 2 + 0.5) / c
+            if math.isnan(row[t]):
+                res[t] = np.nan
+            else:
+                c = float(count[t])
+                res[t] = ((c + float(total[t])) / 2 + 0.5) / c
 
 
 @numba.njit(**_JIT)
@@ -129,26 +155,39 @@ def arg_extreme(x, first, last, n, largest, out):
     win = np.inf if largest else -np.inf
     lose = -win
     n_sym, n_bars = x.shape
+    key = np.empty(n_bars, dtype=x.dtype)
+    best = np.empty(n_bars, dtype=x.dtype)
+    at = np.empty(n_bars, dtype=np.int64)
+    count = np.empty(n_bars, dtype=np.int64)
     for s in range(n_sym):
-        for t in range(n_bars):
-            lo = t - n + 1
-            best = lose
-            at = 0
-            count = 0
-            for j in range(max(lo, 0), t + 1):
-                v = x[s, j]
-                if math.isnan(v):
-                    key = win
-                else:
-                    key = v
-                    count += 1
-                if j < first[s] or j > last[s]:
-                    key = lose
-                if j == lo or ((key > best) if largest else (key < best)):
-                    best = key
-                    at = j - lo
-            if count == 0:
-                out[s, t] = np.nan
+        row, res = x[s], out[s]
+        _valid_counts(row, n, count)
+        for j in range(n_bars):
+            v = row[j]
+            key[j] = lose if (j < first[s] or j > last[s]) else (win if math.isnan(v) else v)
+        best[:] = lose  # window slot 0: a bar before the block, or (below) the window's oldest row
+        at[:] = 0
+        for t in range(n - 1, n_bars):
+            best[t] = key[t - n + 1]
+        for k in range(1, min(n, n_bars + n - 1)):  # slots oldest to newest: a later one wins only if better
+            lag = n - 1 - k
+            if lag >= n_bars:
                 continue
-            length = min(max(t - first[s] + 1, 0), n)
-            out[s, t] = float(at - (n - length) + 1)
+            if largest:
+                for t in range(lag, n_bars):
+                    v = key[t - lag]
+                    better = v > best[t]
+                    best[t] = v if better else best[t]
+                    at[t] = k if better else at[t]
+            else:
+                for t in range(lag, n_bars):
+                    v = key[t - lag]
+                    better = v < best[t]
+                    best[t] = v if better else best[t]
+                    at[t] = k if better else at[t]
+        for t in range(n_bars):
+            if count[t] == 0:
+                res[t] = np.nan
+            else:
+                length = min(max(t - first[s] + 1, 0), n)
+                res[t] = float(at[t] - (n - length) + 1)
