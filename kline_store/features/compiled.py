@@ -191,3 +191,22 @@ def arg_extreme(x, first, last, n, largest, out):
             else:
                 length = min(max(t - first[s] + 1, 0), n)
                 res[t] = float(at[t] - (n - length) + 1)
+
+
+@numba.njit(**_JIT)
+def flat_windows(x, n, out):
+    """out[s, t]: the valid (non-NaN) values of the n bars ending at t are all equal and there is one (what
+    max == min of them says, NaN rows and bars before the block left out). One pass a row whatever n: `start`
+    is the earliest bar from which every valid value up to t equals the newest valid one."""
+    n_sym, n_bars = x.shape
+    for s in range(n_sym):
+        row, res = x[s], out[s]
+        start = 0
+        last = -1  # the newest valid bar so far
+        for t in range(n_bars):
+            v = row[t]
+            if not math.isnan(v):
+                if last >= 0 and v != row[last]:
+                    start = last + 1
+                last = t
+            res[t] = last >= 0 and last > t - n and start <= max(t - n + 1, 0)

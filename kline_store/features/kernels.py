@@ -102,3 +102,10 @@ def arg_extreme(kern, x: Tensor, first: Tensor, last: Tensor, n: int, largest: b
     kern.arg_extreme(_array(x), _array(first.to(torch.int64)), _array(last.to(torch.int64)), n, largest,
                      out.numpy())
     return out
+
+
+def flat_windows(kern, x: Tensor, n: int) -> Tensor:
+    """Windows whose valid values are all equal (and at least one): max == min of them, in one pass."""
+    out = torch.empty(x.shape, dtype=torch.bool)
+    kern.flat_windows(_array(x), n, out.numpy())
+    return out

@@ -115,7 +115,12 @@ class Prepared:
 
     def flat(self, n: int) -> Tensor:
         """Windows whose valid values are all equal."""
-        return self._keep(("flat", n), lambda: self.extreme(n, True) == self.extreme(n, False))
+        def make() -> Tensor:
+            kern = kernels.compiled_for(self.x)
+            if kern is not None:
+                return kernels.flat_windows(kern, torch.where(self.valid, self.x, _NAN), n)
+            return self.extreme(n, True) == self.extreme(n, False)
+        return self._keep(("flat", n), make)
 
 
 def prepared(x: Tensor, span: Span) -> Prepared:
