@@ -104,7 +104,7 @@ def spans(st: Store, d0: int = 0) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
-                   device: torch.device) -> np.ndarray:
+                   device: torch.device, threads: int | None = None) -> np.ndarray:
     """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
     [fields, rows, days] float32, each at the day it describes (not yet shifted)."""
     block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
@@ -114,7 +114,7 @@ def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: di
         values = {"__none__": torch.full(block.shape[:2], float("nan"), device=device)}
     first, last = spans(st, d0)
     ev = evaluate({f.name: f.node for f in plan.fields}, values, torch.from_numpy(first[rows]),
-                  torch.from_numpy(last[rows]))
+                  torch.from_numpy(last[rows]), threads=threads)
     return ev.values.permute(2, 0, 1).cpu().numpy()   # evaluate's own layout: no copy
 
 
@@ -148,7 +148,7 @@ def _extra(st: Store, plan: FeaturePlan) -> dict:
 
 
 def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, block: int | None,
-                capacity: int | None) -> tuple[dict, list[str]]:
+                capacity: int | None, threads: int | None = None) -> tuple[dict, list[str]]:
     """A new generation of ``out`` with every field of every symbol (under the caller's lock)."""
     index, missing = _sources(st, plan)
     version, generation, created = W.next_numbers(out)
@@ -158,7 +158,7 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     try:
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
-            vals = evaluate_block(st, sl, 0, plan, index, device)
+            vals = evaluate_block(st, sl, 0, plan, index, device, threads)
             gen.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
         W.crashpoint("features:filled")
         data = gen.finish()
@@ -179,7 +179,8 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
 
 def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, sets=("alpha158",), exprs=None,
                      label: str | None = "default", files=(), device: str = "cpu", *, replace: bool = False,
-                     wait: float = 0.0, block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+                     wait: float = 0.0, block_symbols: int | None = None, quiet: bool = True,
+                     threads: int | None = None) -> FeatureReport:
     """Compute a features store at ``out`` from the bar store ``store``.
 
     Args:
@@ -191,6 +192,8 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
             ``NAME=EXPR``. files: files of ``NAME=EXPR`` lines.
         device: "cpu" or a CUDA device: where the blocks are computed.
         block_symbols: symbols per block (default: what fits in BLOCK_BYTES).
+        threads: CPU threads, each computing its own symbols with one torch thread (default:
+            torch.get_num_threads()); the values do not depend on it.
 
     Raises:
         InputError: a bad expression or set, a target in the way; StoreError: a damaged source store.
@@ -206,7 +209,7 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
     instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
                "recomputes it")
     with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
-        m, missing = _write_full(out, st, plan, dev, block_symbols, None)
+        m, missing = _write_full(out, st, plan, dev, block_symbols, None, threads)
         W.collect(out, m)
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
                          time.perf_counter() - t0, str(dev), missing, m["version"])
@@ -229,7 +232,8 @@ def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
 
 
 def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float = 0.0,
-                    block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+                    block_symbols: int | None = None, quiet: bool = True,
+                    threads: int | None = None) -> FeatureReport:
     """Bring a features store up to date with its source store (recorded in its manifest).
 
     New days of stored symbols cost O(new bars x longest window); new symbols their whole history. The result
@@ -261,10 +265,10 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
                                  time.perf_counter() - t0, str(dev), version=m["version"])
         try:
             if reason:
-                new, missing = _write_full(out, st, plan, dev, block_symbols, None)
+                new, missing = _write_full(out, st, plan, dev, block_symbols, None, threads)
                 mode, bars = "full", st.n_symbols * st.n_dates
             else:
-                new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols)
+                new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols, threads)
                 mode = "tail"
         except BaseException:
             W.clean_failed_write(out, held, first=False)
@@ -276,7 +280,7 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
 
 
 def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.device,
-                block: int | None) -> tuple[dict, list[str], int]:
+                block: int | None, threads: int | None = None) -> tuple[dict, list[str], int]:
     """New days of stored symbols and whole new symbols, written where no committed version looks."""
     index, missing = _sources(st, plan)
     n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
@@ -297,7 +301,7 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
                 rows = block or block_rows(t_new - start, plan)
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
-                    cells = place_cells(evaluate_block(st, sl, start, plan, index, device), start, u0, t_new, plan)
+                    cells = place_cells(evaluate_block(st, sl, start, plan, index, device, threads), start, u0, t_new, plan)
                     for i in range(cells.shape[0]):
                         safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
                     crcs[sl] = mf.row_crcs(cells, crcs[sl])

@@ -12,7 +12,10 @@ began before the block; expanding windows (lookback None) need the whole series)
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
@@ -148,12 +151,41 @@ def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[i
     return shape
 
 
+# Symbols one threaded task takes at least: a pass over a block costs ~25 ms of Python and dispatch whatever
+# its size, so tasks much smaller than this would spend their time there.
+MIN_TASK_SYMBOLS = 32
+
+
+def threads_for(threads: int | None) -> int:
+    """Worker threads for evaluate: the given count, else torch's (torch.set_num_threads, OMP_NUM_THREADS)."""
+    if threads is None:
+        return max(1, torch.get_num_threads())
+    if int(threads) < 1:
+        raise InputError(f"threads={threads}: expected 1 or more")
+    return int(threads)
+
+
+@contextmanager
+def _one_intra_op_thread():
+    """torch's own (intra-op) threads set to 1 while the blocks run, the caller's count restored after: ~4,400
+    small kernels each followed by an OpenMP barrier make torch's threads slower than one (3x on a machine
+    where another process holds a core); parallelism comes from the symbol blocks instead."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
-             last: Tensor, symbols_per_pass: int | None = None) -> Evaluation:
+             last: Tensor, symbols_per_pass: int | None = None, threads: int | None = None) -> Evaluation:
     """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
     one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
     freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols never
-    interact, so the passes give the same values)."""
+    interact, so the passes give the same values). threads (default: torch.get_num_threads()): on the CPU,
+    blocks of symbols run side by side, one task a block, each with one torch thread; the values are the
+    same whatever the count."""
     named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
     roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
     n_sym, n_bars = _check(values, first, last)
@@ -164,9 +196,26 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
     out = torch.empty((len(roots), n_sym, n_bars), dtype=torch.float32, device=sample.device)
     order, _ = _order(roots)
     step = symbols_per_pass or max(1, n_sym)
-    for s0 in range(0, n_sym, step):
-        rows = slice(s0, min(n_sym, s0 + step))
+    workers = threads_for(threads) if sample.device.type == "cpu" else 1
+    if workers > 1:  # a few tasks a worker, so that one slowed by a busy core hands work to the others
+        step = min(step, max(MIN_TASK_SYMBOLS, math.ceil(n_sym / (4 * workers))))
+    tasks = [slice(s0, min(n_sym, s0 + step)) for s0 in range(0, n_sym, step)]
+
+    def task(rows: slice) -> None:
         part = {name: v[rows] for name, v in values.items()}
         _one_pass(roots, order, part, first[rows], last[rows], wanted, out[:, rows])
+
+    if sample.device.type != "cpu":
+        for rows in tasks:
+            task(rows)
+    elif workers == 1 or len(tasks) == 1:
+        with _one_intra_op_thread():
+            for rows in tasks:
+                task(rows)
+    else:
+        with _one_intra_op_thread(), ThreadPoolExecutor(min(workers, len(tasks)), initializer=torch.set_num_threads,
+                                                        initargs=(1,)) as pool:
+            for done in [pool.submit(task, rows) for rows in tasks]:
+                done.result()
     return Evaluation(out.permute(1, 2, 0), tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
                       tuple(lookahead(r) for r in roots))

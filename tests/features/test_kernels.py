@@ -78,3 +78,29 @@ def test_engine_switch(monkeypatch):
     monkeypatch.setenv("KLINE_STORE_KERNELS", "fast")
     with pytest.raises(InputError, match="KLINE_STORE_KERNELS"):
         kernels.engine()
+
+
+def test_threads_give_the_same_values():
+    """Symbol blocks run side by side: the values do not depend on the thread count, torch's own thread
+    count is the caller's again afterwards, and a bad count is refused."""
+    from kline_store.features.evaluate import MIN_TASK_SYMBOLS, evaluate
+    from kline_store.features.sets import alpha158
+
+    rng = np.random.default_rng(7)
+    n_sym, n_bars = 3 * MIN_TASK_SYMBOLS + 5, 80
+    close = np.exp(np.cumsum(rng.normal(0, 0.02, (n_sym, n_bars)), axis=1)).astype(np.float32)
+    close[rng.uniform(size=close.shape) < 0.05] = np.nan
+    vals = {"close": torch.from_numpy(close), "open": torch.from_numpy(close * 1.01),
+            "high": torch.from_numpy(close * 1.02), "low": torch.from_numpy(close * 0.98),
+            "volume": torch.from_numpy(np.round(close * 1e4)), "vwap": torch.from_numpy(close)}
+    first, last = torch.from_numpy(rng.integers(0, 20, n_sym)), torch.full((n_sym,), n_bars - 1)
+    exprs = dict(list(alpha158().items())[::7])
+    before = torch.get_num_threads()
+    one = evaluate(exprs, vals, first, last, threads=1).values
+    assert torch.get_num_threads() == before
+    for threads in (2, 3):
+        many = evaluate(exprs, vals, first, last, threads=threads).values
+        assert np.array_equal(one.numpy(), many.numpy(), equal_nan=True)
+        assert torch.get_num_threads() == before
+    with pytest.raises(InputError, match="threads"):
+        evaluate(exprs, vals, first, last, threads=0)
