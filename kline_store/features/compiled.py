@@ -15,7 +15,7 @@ import math
 import numba
 import numpy as np
 
-_JIT = dict(cache=True, nogil=True, fastmath=False, boundscheck=False)
+_JIT = dict(cache=True, nogil=True, fastmath=False, boundscheck=False, error_model="numpy")  # x / 0 is inf
 
 
 @numba.njit(**_JIT)
