@@ -22,23 +22,27 @@ _JIT = dict(cache=True, nogil=True, fastmath=False, boundscheck=False, error_mod
 def window_sum(z, n, out):
     """out[s, t] = z[s, t-n+1] + ... + z[s, t] summed oldest first; bars before the block are +0.0 terms
     (as torch's zero padding, which also turns a leading -0.0 into +0.0). Lag by lag over the whole row, so
-    that the adds of one lag run side by side in vector registers while each cell keeps its own order."""
+    that the adds of one lag run side by side in vector registers while each cell keeps its own order (into
+    a local buffer, over unit-stride slices: what lets LLVM vectorise, 2.6x)."""
     n_sym, n_bars = z.shape
+    acc = np.empty(n_bars)
     for s in range(n_sym):
-        row, acc = z[s], out[s]
+        row = z[s]
         if n >= n_bars:  # every window starts before the block: a running sum from its start
             total = 0.0
             for t in range(n_bars):
                 total += row[t]
                 acc[t] = total
-            continue
-        for t in range(n - 1):
-            acc[t] = 0.0
-        for t in range(n - 1, n_bars):
-            acc[t] = row[t - n + 1]
-        for lag in range(n - 2, -1, -1):
-            for t in range(lag, n_bars):
-                acc[t] += row[t - lag]
+        else:
+            for t in range(n - 1):
+                acc[t] = 0.0
+            for t in range(n - 1, n_bars):
+                acc[t] = row[t - n + 1]
+            for lag in range(n - 2, -1, -1):
+                dst, src = acc[lag:], row[: n_bars - lag]
+                for t in range(n_bars - lag):
+                    dst[t] += src[t]
+        out[s, :] = acc
 
 
 @numba.njit(**_JIT)
@@ -46,19 +50,19 @@ def window_extreme(z, n, largest, fill, out):
     """Maximum (largest) or minimum of z (no NaN) over the n bars ending at each bar; `fill` before the block."""
     n_sym, n_bars = z.shape
     n = min(n, n_bars)
+    best = np.empty(n_bars)
     for s in range(n_sym):
-        row, best = z[s], out[s]
-        for t in range(n_bars):
-            best[t] = fill
+        row = z[s]
+        best[:] = fill
         for lag in range(n - 1, -1, -1):
+            dst, src = best[lag:], row[: n_bars - lag]
             if largest:
-                for t in range(lag, n_bars):
-                    v = row[t - lag]
-                    best[t] = v if v > best[t] else best[t]
+                for t in range(n_bars - lag):
+                    dst[t] = src[t] if src[t] > dst[t] else dst[t]
             else:
-                for t in range(lag, n_bars):
-                    v = row[t - lag]
-                    best[t] = v if v < best[t] else best[t]
+                for t in range(n_bars - lag):
+                    dst[t] = src[t] if src[t] < dst[t] else dst[t]
+        out[s, :] = best
 
 
 @numba.njit(**_JIT)
@@ -136,9 +140,10 @@ def rank(x, n, out):
         _valid_counts(row, n, count)
         total[:] = 0
         for lag in range(1, min(n, n_bars)):
-            for t in range(lag, n_bars):
-                d = row[t] - row[t - lag]
-                total[t] += (d > 0) - (d < 0)
+            new, old, dst = row[lag:], row[: n_bars - lag], total[lag:]
+            for t in range(n_bars - lag):
+                d = new[t] - old[t]
+                dst[t] += (d > 0) - (d < 0)
         for t in range(n_bars):
             if math.isnan(row[t]):
                 res[t] = np.nan
@@ -173,18 +178,17 @@ def arg_extreme(x, first, last, n, largest, out):
             lag = n - 1 - k
             if lag >= n_bars:
                 continue
+            src, top, where = key[: n_bars - lag], best[lag:], at[lag:]
             if largest:
-                for t in range(lag, n_bars):
-                    v = key[t - lag]
-                    better = v > best[t]
-                    best[t] = v if better else best[t]
-                    at[t] = k if better else at[t]
+                for t in range(n_bars - lag):
+                    better = src[t] > top[t]
+                    top[t] = src[t] if better else top[t]
+                    where[t] = k if better else where[t]
             else:
-                for t in range(lag, n_bars):
-                    v = key[t - lag]
-                    better = v < best[t]
-                    best[t] = v if better else best[t]
-                    at[t] = k if better else at[t]
+                for t in range(n_bars - lag):
+                    better = src[t] < top[t]
+                    top[t] = src[t] if better else top[t]
+                    where[t] = k if better else where[t]
         for t in range(n_bars):
             if count[t] == 0:
                 res[t] = np.nan
