@@ -30,7 +30,7 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 
 # Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
 LAYERS = {
-    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "writer", "blockwriter", "__init__"],
+    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "identity", "writer", "blockwriter", "__init__"],
     "ingest": ["columns", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "sources", "readers", "validate", "sink", "runs", "bars", "barsize", "calnote",
                "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["background", "sampling", "states", "agreement", "block_order", "batches", "buffers", "placement",

@@ -24,7 +24,7 @@ import torch
 
 from ..errors import InputError, StoreError
 from ..progress import Progress, silenced
-from ..store import lock, manifest as mf, reclaim, safefs, writer as W
+from ..store import identity, lock, manifest as mf, reclaim, safefs, writer as W
 from ..store.snapshot import Store, open_store
 from .evaluate import evaluate
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
@@ -154,9 +154,7 @@ def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) 
 
 
 def _meta(st: Store, plan: FeaturePlan) -> dict:
-    return {**plan.manifest(), "source": {"path": str(st.path.resolve()), "version": st.version,
-                                          "generation": int(st.manifest["data"]["generation"]),
-                                          "n_symbols": st.n_symbols, "n_dates": st.n_dates}}
+    return {**plan.manifest(), "source": identity.record(st)}   # what --update checks before it appends
 
 
 def time_axis(st: Store) -> dict:
@@ -165,13 +163,21 @@ def time_axis(st: Store) -> dict:
             if st.manifest.get(k) is not None}
 
 
-def _extra(st: Store, plan: FeaturePlan) -> dict:
-    return {**time_axis(st), META_KEY: _meta(st, plan)}
+def _extra(st: Store, plan: FeaturePlan, store_id: str | None = None) -> dict:
+    """The features manifest's own keys; ``store_id``: a new one for a new store (None: kept by commit)."""
+    return {**time_axis(st), META_KEY: _meta(st, plan), **({mf.STORE_ID_KEY: store_id} if store_id else {})}
+
+
+def source_entry(st: Store, key: str) -> dict:
+    """The ``sources`` entry of a store derived from ``st``: its path, id and version."""
+    return {key: str(st.path.resolve()), mf.STORE_ID_KEY: identity.store_id(st.manifest), "version": st.version}
 
 
 def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, block: int | None,
-                capacity: int | None, threads: int | None = None) -> tuple[dict, list[str]]:
-    """A new generation of ``out`` with every field of every symbol (under the caller's lock)."""
+                capacity: int | None, store_id: str | None = None,
+                threads: int | None = None) -> tuple[dict, list[str]]:
+    """A new generation of ``out`` with every field of every symbol (under the caller's lock); ``store_id``:
+    a new store's id (None: an update keeps the store's)."""
     index, missing = _sources(st, plan)
     version, generation, created = W.next_numbers(out)
     rows = block or block_rows(st.n_dates, plan)
@@ -190,8 +196,7 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
                          fields=plan.names, capacity=gen.capacity, first_bar=st.first_bar, last_bar=st.last_bar,
                          n_bars=st.manifest["n_bars"], created_at=created,
-                         sources=[{"features_of": str(st.path.resolve()), "version": st.version}],
-                         extra=_extra(st, plan))
+                         sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))
     try:
         return W.commit(out, m), missing
     except BaseException:
@@ -231,18 +236,19 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
     instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
                "recomputes it")
     with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
-        m, missing = _write_full(out, st, plan, dev, block_symbols, None, threads)
+        m, missing = _write_full(out, st, plan, dev, block_symbols, None, mf.new_store_id(), threads)
         reclaim.collect_in_background(out, m)  # the replaced version's files: off the critical path
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
                          time.perf_counter() - t0, str(dev), missing, m["version"])
 
 
 def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
-    """Why an update cannot be a tail append ('' when it can)."""
-    src = m[META_KEY].get("source") if isinstance(m[META_KEY].get("source"), dict) else {}
+    """Why an update cannot be a tail append ('' when it can): first, whether ``st`` is still the store this one
+    was computed from, extended by tail appends only (identity.change)."""
+    changed = identity.change(m[META_KEY].get("source"), st)
+    if changed:
+        return changed
     n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
-    if src.get("generation") != st.manifest["data"]["generation"]:
-        return "the source store was rewritten since (a revision, an insertion or new fields)"
     if st.symbols[:n_old] != m["symbols"] or st.n_dates < t_old or \
             [str(d) for d in st.dates[:t_old]] != [str(d) for d in np.asarray(m["calendar"], dtype=st.dates.dtype)]:
         return "the source store's symbols or calendar no longer extend this store's"
@@ -287,7 +293,7 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
                                  time.perf_counter() - t0, str(dev), version=m["version"])
         try:
             if reason:
-                new, missing = _write_full(out, st, plan, dev, block_symbols, None, threads)
+                new, missing = _write_full(out, st, plan, dev, block_symbols, None, threads=threads)
                 mode, bars = "full", st.n_symbols * st.n_dates
             else:
                 new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols, threads)
@@ -323,7 +329,8 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
                 rows = block or block_rows(t_new - start, plan)
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
-                    cells = place_cells(evaluate_block(st, sl, start, plan, index, device, threads), start, u0, t_new, plan)
+                    vals = evaluate_block(st, sl, start, plan, index, device, threads)
+                    cells = place_cells(vals, start, u0, t_new, plan)
                     for i in range(cells.shape[0]):
                         safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
                     crcs[sl] = mf.row_crcs(cells, crcs[sl])
@@ -335,8 +342,7 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     new = W.build_manifest(version=m["version"] + 1, data=data, symbols=st.symbols, dates=st.dates,
                            fields=plan.names, capacity=cap, first_bar=st.first_bar, last_bar=st.last_bar,
                            n_bars=st.manifest["n_bars"], created_at=m.get("created_at"),
-                           sources=[{"features_of": str(st.path.resolve()), "version": st.version}],
-                           extra=_extra(st, plan))
+                           sources=[source_entry(st, "features_of")], extra=_extra(st, plan))
     bars = n_old * (t_new - t_old) + (n_rows - n_old) * t_new
     return W.commit(out, new), missing, bars
 

@@ -12,7 +12,7 @@ import torch
 
 from kline_store.errors import InputError
 from kline_store.features.processors import (
-    Processed, Processor, State, as_panel, as_train, nanmean, nanmedian, nanstd, resolve_fields,
+    Processed, Processor, State, as_panel, as_train, by_dates, nanmean, nanmedian, nanstd, resolve_fields,
 )
 
 EPS = 1e-12  # qlib.constant.EPS, which RobustZScoreNorm adds to the MAD
@@ -31,13 +31,11 @@ def normalize(x: torch.Tensor, present: torch.Tensor, state: State, fields: list
         raise InputError(f"state was fitted on columns {state['fields'].tolist()}, not {fields}")
     mean = state["mean_train"].to(x.device)
     std = state["std_train"].to(x.device)
-    out = x.clone()
-    for i, f in enumerate(fields):
-        z = (x[..., f].double() - mean[i]) / std[i]
-        if clip:
-            z = z.clamp(-3, 3)
-        out[..., f] = torch.where(present, z.to(x.dtype), x[..., f])
-    return out
+
+    def scale(v: torch.Tensor, _here: torch.Tensor) -> torch.Tensor:
+        z = (v.double() - mean) / std
+        return (z.clamp(-3, 3) if clip else z).to(x.dtype)
+    return by_dates(x, present, fields, scale)
 
 
 class ZScoreNorm(Processor):

@@ -27,9 +27,9 @@ import torch
 from ..errors import InputError
 from ..memory import available
 from ..progress import silenced
-from ..store import manifest as mf, safefs, writer as W
+from ..store import identity, manifest as mf, safefs, writer as W
 from ..store.snapshot import Store, open_store
-from .compute import time_axis
+from .compute import source_entry, time_axis
 from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
 from .plan import META_KEY, field_lookahead, plan_from_manifest
 from .processors import CSRankNorm, CSZScoreNorm, DropnaLabel, DropnaProcessor, Fillna, ProcessInf, Processor
@@ -165,7 +165,8 @@ def process_features(store: str | os.PathLike, out: str | os.PathLike, infer=QLI
     if member is not None:
         y[~member] = float("nan")                     # Qlib has no row there
     panel = _to_store_layout(y, shifts)
-    meta = dict(st.manifest[META_KEY])
+    meta = dict(st.manifest[META_KEY])            # "source": the bar store the features came from
+    meta["processed_from"] = identity.record(st)   # the features store itself, exactly
     meta["processing"] = {"infer": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in infer],
                           "learn": [str(p) if not isinstance(p, Processor) else type(p).__name__ for p in learn],
                           "fit_start": str(st.dates[lo]), "fit_end": str(st.dates[hi]), "universe": universe,
@@ -186,10 +187,11 @@ def _plain(v: torch.Tensor) -> list:
 def _read_panel(st: Store, shifts: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """[dates, symbols, fields] with each field at the day it describes; present: the symbols' spans."""
     x = np.full((st.n_dates, st.n_symbols, st.n_fields), np.nan, dtype=np.float32)
+    groups = _by_shift(shifts)
     for s in range(st.n_symbols):                      # one row at a time: bounded temporaries
         row = np.asarray(st.panel[s])
-        for f, a in enumerate(shifts):
-            x[: st.n_dates - a, s, f] = row[a:, f]
+        for a, cols in groups:
+            x[: st.n_dates - a, s, cols] = row[a:, cols]
     t = np.arange(st.n_dates)[:, None]
     present = (st.first_bar[None, :] >= 0) & (t >= st.first_bar[None, :]) & (t <= st.last_bar[None, :])
     return torch.from_numpy(x), torch.from_numpy(present)
@@ -199,8 +201,19 @@ def _to_store_layout(y: torch.Tensor, shifts: list[int]) -> np.ndarray:
     """[dates, symbols, fields] back to [symbols, dates, fields], each field at the day it becomes known."""
     y = y.numpy()
     out = np.full((y.shape[1], y.shape[0], y.shape[2]), np.nan, dtype=np.float32)
-    for f, a in enumerate(shifts):
-        out[:, a:, f] = y[: y.shape[0] - a, :, f].T
+    for a, cols in _by_shift(shifts):
+        out[:, a:, cols] = y[: y.shape[0] - a, :, cols].transpose(1, 0, 2)
+    return out
+
+
+def _by_shift(shifts: list[int]) -> list[tuple[int, slice | list[int]]]:
+    """The fields grouped by their shift (features 0, the label its lookahead): one copy per group, not per
+    field (a field at a time strides through the whole panel)."""
+    out = []
+    for a in sorted(set(shifts)):
+        cols = [f for f, b in enumerate(shifts) if b == a]
+        run = cols == list(range(cols[0], cols[0] + len(cols)))
+        out.append((a, slice(cols[0], cols[0] + len(cols)) if run else cols))
     return out
 
 
@@ -212,8 +225,8 @@ def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, w
         m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
                              fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
                              last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
-                             sources=[{"processed_from": str(st.path.resolve()), "version": st.version}],
-                             extra={**time_axis(st), META_KEY: meta})
+                             sources=[source_entry(st, "processed_from")],
+                             extra={**time_axis(st), META_KEY: meta, mf.STORE_ID_KEY: mf.new_store_id()})
         try:
             m = W.commit(out, m)
         except BaseException:

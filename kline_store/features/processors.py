@@ -57,6 +57,8 @@ def nanmedian(v: torch.Tensor, dim: int) -> torch.Tensor:
     one), NaN for an all-NaN slice (keeps dim)."""
     if v.shape[dim] == 0:
         return v.new_full(v.shape[:dim] + (1,) + v.shape[dim + 1:], NAN)
+    if dim % v.ndim != v.ndim - 1:   # sorted along contiguous memory: several times faster than across it
+        return nanmedian(v.movedim(dim, -1).contiguous(), -1).movedim(-1, dim)
     ordered = torch.sort(v, dim=dim).values  # NaN sorts last
     n = (~torch.isnan(v)).sum(dim, keepdim=True)
     lo = ((n - 1) // 2).clamp(min=0)
@@ -116,6 +118,33 @@ def resolve_fields(fields: Sequence[int] | None, x: torch.Tensor) -> list[int]:
     if bad:
         raise InputError(f"fields {bad} out of range for a panel of {n} columns")
     return [f % n for f in out]
+
+
+# Cells of one block of dates the vectorised processors work on at once: the block's copies stay in cache, and a
+# long panel costs per cell what a short one does (a column at a time strides through the whole panel).
+BLOCK_CELLS = 1 << 20
+
+
+def columns(fields: list[int]) -> slice | torch.Tensor:
+    """The fields as an index of x's last dim: a slice when they are a run (a view), else an index tensor."""
+    if fields and fields == list(range(fields[0], fields[0] + len(fields))):
+        return slice(fields[0], fields[0] + len(fields))
+    return torch.tensor(fields, dtype=torch.long)
+
+
+def by_dates(x: torch.Tensor, present: torch.Tensor, fields: list[int], fn) -> torch.Tensor:
+    """x with the columns in fields replaced, on present rows, by fn(values [dates, symbols, k], present), a
+    block of dates at a time (every column at once: no pass per column). fn works cell by cell."""
+    out = x.clone()
+    if not fields:
+        return out
+    cols = columns(fields)
+    step = max(1, BLOCK_CELLS // max(1, x.shape[1] * len(fields)))
+    for lo in range(0, x.shape[0], step):
+        block = x[lo: lo + step][..., cols]
+        here = present[lo: lo + step, :, None]
+        out[lo: lo + step, :, cols] = torch.where(here, fn(block, here), block)
+    return out
 
 
 def per_column(x: torch.Tensor, present: torch.Tensor, fields: list[int], fn) -> torch.Tensor:
@@ -210,9 +239,9 @@ class Fillna(Processor):
 
     def apply(self, x: torch.Tensor, present: torch.Tensor, state: State) -> Processed:
         x, present = as_panel(x, present)
-        out = x.clone()
-        for f in resolve_fields(self.fields, x):
-            out[..., f] = torch.where(present & torch.isnan(x[..., f]), self.fill_value, x[..., f])
+        fill = self.fill_value
+        out = by_dates(x, present, resolve_fields(self.fields, x),
+                       lambda v, _here: torch.where(torch.isnan(v), torch.tensor(fill, dtype=v.dtype), v))
         return Processed(out, present)
 
 

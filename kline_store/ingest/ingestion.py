@@ -20,7 +20,7 @@ import dataclasses
 from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
-from ..store import writer as W
+from ..store import manifest as mf, writer as W
 from .bars import build_calendar, choose_axis, read_bars
 from .layout import Layout
 from ..store.blockwriter import BlockWriter
@@ -173,7 +173,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
     m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
                          capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
                          sources=bars.sources, created_at=None,
-                         extra={**axis.manifest(),
+                         extra={**axis.manifest(), mf.STORE_ID_KEY: mf.new_store_id(),   # a new store's history
                                 "calendar_source": str(calendar) if calendar else
                                 (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,

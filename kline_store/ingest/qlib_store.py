@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import barsize, columns as C, panel as P, qlib_format as QF
-from ..store import labels, universes as SU, writer as W
+from ..store import labels, manifest as mf, universes as SU, writer as W
 from ..errors import InputError
 from ..progress import track
 from .report import IngestReport
@@ -134,6 +134,7 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
     m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=calendar, fields=fields,
                          capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=n_bars, sources=[source],
                          extra={"calendar_source": str(src.root / QF.CALENDAR), "adj_factor_source": None,
+                                mf.STORE_ID_KEY: mf.new_store_id(),
                                 **({"bar": bar} if bar != barsize.DAY else {}), **({SU.KEY: kept} if kept else {})})
     try:
         m = W.commit(out, m)

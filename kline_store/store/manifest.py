@@ -14,6 +14,7 @@ import hashlib
 import json
 import math
 import re
+import uuid
 import zlib
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,8 @@ FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VERSIONS_DIR = "versions"
 CHECKSUM_KEY = "manifest_checksum"
+STORE_ID_KEY = "store_id"         # made at a store's first write, kept by every later one (see identity.py)
+_STORE_ID = re.compile(r"[0-9a-f]{32}")
 DATA_FILE_RE = re.compile(r"data-g(\d{6,})\.f32")
 VERSION_FILE_RE = re.compile(r"v(\d{6,})\.json")
 FACTOR_SOURCES = (None, "input", "events")
@@ -44,6 +47,10 @@ def data_file_name(generation: int) -> str:
 
 def version_file_name(version: int) -> str:
     return f"v{version:06d}.json"
+
+
+def new_store_id() -> str:
+    return uuid.uuid4().hex
 
 
 def row_crcs(rows: np.ndarray, prev: np.ndarray | None = None) -> np.ndarray:
@@ -282,6 +289,9 @@ def check_manifest(m: dict, path: Path) -> None:
                 or not all(type(i) is list and len(i) == 2 and all(type(x) is str for x in i)
                            for i in sess["intervals"]):
             raise c.fail("sessions", f"{_show(sess)} is not a sessions object of an intraday store")
+    sid = m.get(STORE_ID_KEY)
+    if sid is not None and (type(sid) is not str or not _STORE_ID.fullmatch(sid)):
+        raise c.fail(STORE_ID_KEY, f"{_show(sid)} is not a store id (32 hex digits)")
     for key in ("created_at", "updated_at", "calendar_source", "layout", "timezone"):
         if m.get(key) is not None and type(m[key]) is not str:
             raise c.fail(key, f"{_show(m[key])} is not a string")

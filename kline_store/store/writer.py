@@ -19,7 +19,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs, timeaxis as TA
+from . import identity, lock, manifest as mf, safefs, timeaxis as TA
 from ..errors import InputError, StoreError, StoreLockedError
 from ..progress import Progress
 from .snapshot import STAGING
@@ -202,6 +202,8 @@ def commit(store_dir: Path, manifest: dict) -> dict:
     two leaves a copy of a version that was never committed, which readers refuse (it is newer than
     manifest.json) and the next writer removes. Returns the manifest as published (with its checksum).
     """
+    if manifest.get(mf.STORE_ID_KEY) is None:       # an append, a revision: the id carries over (identity.py)
+        manifest = {**manifest, mf.STORE_ID_KEY: identity.current_id(store_dir) or mf.new_store_id()}
     m = mf.seal(manifest)
     mf.check_manifest(m, store_dir / mf.MANIFEST)   # never publish a manifest that would not open
     raw = mf.encode(m)
@@ -292,7 +294,7 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
     panel = np.asarray(panel, dtype=np.float32)
     freq = TA.parse_freq(freq)
     dates = np.asarray(dates).astype(f"datetime64[{TA.unit(freq)}]")
-    extra = {"freq": freq, **(extra or {})}
+    extra = {"freq": freq, **(extra or {}), mf.STORE_ID_KEY: mf.new_store_id()}   # a whole new store
     if panel.shape != (len(symbols), len(dates), len(fields)):
         raise InputError(f"panel shape {panel.shape} does not match {len(symbols)} symbols x {len(dates)} dates"
                          f" x {len(fields)} fields")
