@@ -39,7 +39,7 @@ LAYERS = {
                 "transforms", "gather", "dataset", "cross_section", "splits", "feature_windows", "__init__"],
     "measure": ["timing", "meter", "synthetic", "footprint", "shuffle", "tune", "classic", "bench_rows",
                 "bench_report", "bench", "__init__"],
-    "features": ["nodes", "parse", "window", "compiled", "kernels", "moments", "rolling", "smooth", "ops", "evaluate", "sets",
+    "features": ["nodes", "fold", "parse", "window", "compiled", "kernels", "moments", "infinity", "rolling", "smooth", "ops", "evaluate", "sets",
                  "plan", "compute", "processors", "fit", "process", "__init__"],
     "cli": ["perf", "features", "main", "__init__", "__main__"],
 }

@@ -24,12 +24,15 @@ from torch import Tensor
 
 from kline_store.errors import InputError
 
-from .nodes import Call, Const, Field, Node, fields_of
+from .nodes import Call, Const, Field, Node, fields_of, postorder
+from . import infinity
 from .ops import apply
 from .parse import parse
 from .window import Span, mask
 
 Expr = Union[str, Node]
+# Most expressions one evaluation (and one features store) may hold: Alpha158 and Alpha360 together are 518.
+MAX_EXPRESSIONS = 10000
 
 
 @dataclass(frozen=True)
@@ -42,14 +45,10 @@ class Evaluation:
     lookahead: tuple[int, ...]  # per expression: bars ahead it reads
 
 
-def lookback(node: Node) -> int | None:
-    """Bars of history (before the current one) the expression reads; None: the whole series (N = 0, EMA)."""
-    if isinstance(node, (Field, Const)):
-        return 0
-    backs = [lookback(c) for c in node.args]
-    if any(b is None for b in backs):
+def _own_back(node: Call, back: int | None) -> int | None:
+    """Bars of history `node` reads, given the most its operands read."""
+    if back is None:
         return None
-    back = max(backs)
     if node.op in ("Ref", "Delta"):
         n = int(node.params[0])
         return None if n == 0 else back + max(n, 0)
@@ -61,40 +60,64 @@ def lookback(node: Node) -> int | None:
     return back
 
 
+def lookback(node: Node) -> int | None:
+    """Bars of history (before the current one) the expression reads; None: the whole series (N = 0, EMA)."""
+    reach: dict[int, int | None] = {}
+    for n in postorder([node]):
+        if isinstance(n, Call):
+            backs = [reach.get(id(c), 0) for c in n.args]
+            reach[id(n)] = _own_back(n, None if None in backs else max(backs))
+    return reach.get(id(node), 0)
+
+
 def lookahead(node: Node) -> int:
     """Bars after the current one the expression reads (Ref with negative N): LABEL0 looks 2 ahead."""
-    if isinstance(node, (Field, Const)):
-        return 0
-    ahead = max(lookahead(c) for c in node.args)
-    if node.op in ("Ref", "Delta") and node.params[0] < 0:
-        return ahead - int(node.params[0])
-    return ahead
+    reach: dict[int, int] = {}
+    for n in postorder([node]):
+        if isinstance(n, Call):
+            ahead = max(reach.get(id(c), 0) for c in n.args)
+            if n.op in ("Ref", "Delta") and n.params[0] < 0:
+                ahead -= int(n.params[0])
+            reach[id(n)] = ahead
+    return reach.get(id(node), 0)
 
 
 def windows(exprs: Mapping[str, Expr] | Sequence[Expr]) -> dict[str, tuple[int | None, int]]:
     """name -> (lookback, lookahead) of each expression, from the trees alone: how much history and future a
     block needs around the bars it should fill."""
-    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    named = _named(exprs)
     trees = {name: parse(e) if isinstance(e, str) else e for name, e in named.items()}
     return {name: (lookback(t), lookahead(t)) for name, t in trees.items()}
 
 
+def _named(exprs: Mapping[str, Expr] | Sequence[Expr]) -> dict[str, Expr]:
+    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    if len(named) > MAX_EXPRESSIONS:
+        raise InputError(f"{len(named):,} expressions, more than the {MAX_EXPRESSIONS:,} one evaluation may "
+                         "hold; split them into several feature stores")
+    return named
+
+
 def _order(roots: Sequence[Node]) -> tuple[list[Call], Counter]:
-    """Distinct Call nodes, operands before their users, and how many times each is used as an operand."""
+    """Distinct Call nodes (equal subtrees once), operands before their users, and how many times each is
+    used as an operand. A loop over an explicit stack: deep trees need no recursion."""
     seen: set[Node] = set()
     order: list[Call] = []
     uses: Counter = Counter()
-
-    def visit(node: Node) -> None:
-        if node in seen or not isinstance(node, Call):
-            return
-        seen.add(node)
-        for child in node.args:
-            uses[child] += 1
-            visit(child)
-        order.append(node)
     for root in roots:
-        visit(root)
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                order.append(node)
+                continue
+            if node in seen or not isinstance(node, Call):
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            for child in reversed(node.args):
+                uses[child] += 1
+                stack.append((child, False))
     return order, uses
 
 
@@ -116,11 +139,13 @@ def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor]
     slots: dict[Node, list[int]] = {}
     for k, root in enumerate(roots):
         slots.setdefault(root, []).append(k)
-        if not isinstance(root, Call):  # a bare $field or number
-            out[k] = cache[root] if isinstance(root, Field) else mask(torch.full_like(sample, root.value), span)
+        if isinstance(root, Field):  # a bare $field
+            out[k] = cache[root]
+        elif isinstance(root, Const):  # a number: through float64, so that 1e100 is inf, not an overflow error
+            out[k] = mask(torch.full_like(sample, float(root.value), dtype=torch.float64).to(sample.dtype), span)
     _, uses = _order(roots)
     for node in order:
-        args = [a.value if isinstance(a, Const) else cache[a] for a in node.args]
+        args = [_scalar(a.value) if isinstance(a, Const) else cache[a] for a in node.args]
         value = apply(node.op, args, node.params, span)
         if not (node.op in _NAN_IN_NAN_OUT and isinstance(value, Tensor) and value.is_floating_point()
                 and any(isinstance(a, Tensor) for a in args)):
@@ -131,11 +156,16 @@ def _one_pass(roots: list[Node], order: list[Call], values: Mapping[str, Tensor]
         for child in node.args:  # free operands no later node needs, and what the memo keeps of them
             uses[child] -= 1
             if uses[child] == 0 and child in cache:
-                span.memo.pop(id(cache[child]), None)
+                infinity.forget(span, cache[child])
                 if isinstance(child, Call):
                     del cache[child]
         if uses[node] == 0:  # a root no other node reads: it is in `out` already
             del cache[node]
+
+
+def _scalar(value: int | float) -> int | float:
+    """A constant as torch takes it: an integer past int64 (1e30 written out) as the float it is anyway."""
+    return float(value) if isinstance(value, int) and abs(value) >= 2 ** 53 else value
 
 
 def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[int, int]:
@@ -186,7 +216,7 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
     interact, so the passes give the same values). threads (default: torch.get_num_threads()): on the CPU,
     blocks of symbols run side by side, one task a block, each with one torch thread; the values are the
     same whatever the count."""
-    named = dict(exprs) if isinstance(exprs, Mapping) else {str(e): e for e in exprs}
+    named = _named(exprs)
     roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
     n_sym, n_bars = _check(values, first, last)
     sample = next(iter(values.values()))

@@ -28,15 +28,51 @@ class Const:
         return repr(self.value)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Call:
+    """An operator applied to operands. Its hash is computed once, from its operands' kept hashes, and equality
+    is compared with an explicit stack: a tree thousands of levels deep (a long flat sum) hashes and compares
+    without recursion."""
+
     op: str
     args: tuple["Node", ...]
     params: tuple[float, ...] = ()
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.op, self.args, self.params)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Call):
+            return NotImplemented
+        stack = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b:
+                continue
+            if isinstance(a, Call) and isinstance(b, Call):
+                if a._hash != b._hash or a.op != b.op or a.params != b.params or len(a.args) != len(b.args):
+                    return False
+                stack.extend(zip(a.args, b.args))
+            elif isinstance(a, Call) or isinstance(b, Call) or a != b:
+                return False
+        return True
+
+    def __reduce__(self):
+        return (Call, (self.op, self.args, self.params))  # the hash is made again where it is unpickled
+
     def __str__(self) -> str:
-        inner = [str(a) for a in self.args] + [repr(p) for p in self.params]
-        return f"{self.op}({','.join(inner)})"
+        done: dict[int, str] = {}
+        for node in postorder([self]):
+            if isinstance(node, Call):
+                inner = [done[id(a)] if isinstance(a, Call) else str(a) for a in node.args]
+                done[id(node)] = f"{node.op}({','.join(inner + [repr(p) for p in node.params])})"
+        return done[id(self)]
+
+    def __repr__(self) -> str:
+        return f"Call<{self}>"
 
 
 Node = Union[Field, Const, Call]
@@ -82,8 +118,28 @@ def children(node: Node) -> tuple[Node, ...]:
     return node.args if isinstance(node, Call) else ()
 
 
+def postorder(roots) -> list["Node"]:
+    """Every distinct node object under the roots (each once, by identity), operands before their users:
+    an explicit stack, so depth costs no Python stack frames."""
+    seen: set[int] = set()
+    out: list[Node] = []
+    for root in roots:
+        if id(root) in seen:
+            continue
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                out.append(node)
+                continue
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            stack.append((node, True))
+            stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
+    return out
+
+
 def fields_of(node: Node) -> frozenset[str]:
     """Every $field the expression reads."""
-    if isinstance(node, Field):
-        return frozenset((node.name,))
-    return frozenset().union(*(fields_of(c) for c in children(node)))
+    return frozenset(n.name for n in postorder([node]) if isinstance(n, Field))

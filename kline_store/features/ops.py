@@ -14,7 +14,7 @@ from typing import Callable, Union
 import torch
 from torch import Tensor
 
-from . import moments, rolling, smooth
+from . import infinity, moments, rolling, smooth
 from .window import Span, mask
 
 Value = Union[Tensor, float, int]
@@ -83,16 +83,29 @@ WINDOWED: dict[str, Callable[[Tensor, int, Span], Tensor]] = {
 PAIRED: dict[str, Callable[[Tensor, Tensor, int, Span], Tensor]] = {"Corr": moments.m_corr, "Cov": moments.m_cov}
 
 
+def clamp_window(op: str, params: tuple, n_bars: int) -> tuple:
+    """params with a window N longer than the block cut to the block's length. The block holds the series from
+    its start or the history its windows need (evaluate's contract), so a longer window holds nothing more:
+    Mean($close, 200000) on 5,000 bars is Mean($close, 5000), computed in the memory of 5,000-bar windows.
+    Ref and Delta are shifts (a shift past the block is all NaN already); EMA's own window is bounded."""
+    if op in ("Ref", "Delta", "EMA") or not params or not isinstance(params[0], int):
+        return params
+    return (min(params[0], max(1, n_bars)), *params[1:])
+
+
 def apply(op: str, args: list[Value], params: tuple, span: Span) -> Tensor:
     """One operator on already evaluated operands (tensors [S, T] or numbers)."""
     if op in ELEMENTWISE:
         return ELEMENTWISE[op](*args)
+    params = clamp_window(op, params, span.n_bars)
     shape = (len(span.first), span.n_bars)
-    full = [_float(a) if isinstance(a, Tensor) else
-            mask(torch.full(shape, float(a), dtype=torch.float64, device=span.first.device), span) for a in args]
+    given = [_float(a) if isinstance(a, Tensor) else
+             mask(torch.full(shape, float(a), dtype=torch.float64, device=span.first.device), span) for a in args]
+    full = infinity.prepare(op, given, span)  # +-inf as Qlib's pandas reads them: infinity.py
     if op == "Quantile":
         return rolling.r_quantile(full[0], int(params[0]), span, float(params[1]))
     if op in PAIRED:
         return PAIRED[op](full[0], full[1], int(params[0]), span)
     n = params[0] if op == "EMA" else int(params[0])
-    return WINDOWED[op](full[0], n, span)
+    out = WINDOWED[op](full[0], n, span)
+    return infinity.finish(op, given[0], n if n else span.n_bars, span, out)

@@ -17,9 +17,9 @@ from pathlib import Path
 
 from ..errors import InputError, StoreError
 from ..store.labels import FEATURES_KEY, field_lookahead
-from .evaluate import lookahead, lookback
+from .evaluate import MAX_EXPRESSIONS, lookahead, lookback
 from .nodes import Node, fields_of
-from .parse import parse
+from .parse import MAX_EXPRESSION_CHARS, parse
 from .sets import feature_set, label as default_label
 
 # Qlib field names that a kline-store names otherwise.
@@ -84,6 +84,9 @@ def read_expr_file(path: str | os.PathLike) -> list[tuple[str, str]]:
     """A file of ``NAME=EXPR`` lines (blank lines and lines starting with # are skipped)."""
     p = Path(path)
     try:
+        if p.is_file() and p.stat().st_size > MAX_EXPRESSIONS * (MAX_EXPRESSION_CHARS // 16):
+            raise InputError(f"{p}: {p.stat().st_size:,} bytes, more than an expression file of "
+                             f"{MAX_EXPRESSIONS:,} expressions may need; split it")
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: cannot read the expression file ({getattr(exc, 'strerror', None) or exc})") from None
@@ -138,6 +141,9 @@ def make_plan(sets: Sequence[str] | str | None = ("alpha158",), exprs: Mapping[s
         pairs.append((label_name, label_expr, "label"))
     if not pairs:
         raise InputError("features: nothing to compute; give --set, --expr, --file or --label")
+    if len(pairs) > MAX_EXPRESSIONS:
+        raise InputError(f"features: {len(pairs):,} expressions, more than the {MAX_EXPRESSIONS:,} one features "
+                         "store may hold; split them into several stores")
     seen: dict[str, str] = {}
     for name, _, where in pairs:
         if not name.isidentifier():

@@ -16,8 +16,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import Tensor
 
-# Elements one window block may hold ([symbols, bars, N] float64 ~ 128 MiB): bounds memory for long N.
-_BLOCK_ELEMENTS = 1 << 24
+# Elements one window block may hold ([symbols, bars, N] float64, 32 MiB): an operator makes a few temporaries
+# of this size, which keeps a whole-series window (N = 0, or N clamped to the block) inside the block budget.
+_BLOCK_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)

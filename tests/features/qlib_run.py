@@ -41,7 +41,8 @@ def agreement(ours: np.ndarray, theirs: np.ndarray, rtol: float = 1e-4, atol: fl
     (see regression.py), or both finite and close."""
     both_nan = np.isnan(ours) & np.isnan(theirs)
     inf = np.isinf(theirs) & ~np.isfinite(ours)
-    close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
+    with np.errstate(invalid="ignore"):  # inf - inf where both are infinite: decided by `inf` above
+        close = np.isfinite(ours) & np.isfinite(theirs) & (np.abs(ours - theirs) <= atol + rtol * np.abs(theirs))
     return both_nan | inf | close
 
 
@@ -91,6 +92,18 @@ def tushare_panel(files: list[Path]) -> dict:
             df["trade_date"].str.slice(6, 8)
         code, market = f.stem.split(".")
         frames[market + code] = df.iloc[::-1].reset_index(drop=True)
+    return frames_panel(frames)
+
+
+def yahoo_panel(files: list[Path]) -> dict:
+    """us_yahoo_daily: one file per symbol (AAPL.csv), Date,Open,High,Low,Close,Adj Close,Volume; the raw
+    (unadjusted) prices, and volumes that are 0 on some days (Log($volume) is -inf there)."""
+    import pandas as pd
+
+    frames = {}
+    for f in sorted(files):
+        df = pd.read_csv(f, dtype={"Date": str}).rename(columns=str.lower)
+        frames[f.stem.upper()] = df.dropna(subset=["close"]).reset_index(drop=True)
     return frames_panel(frames)
 
 

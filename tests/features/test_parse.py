@@ -88,13 +88,16 @@ _leaf = st.one_of(st.sampled_from(["close", "open", "volume", "x1"]).map(Field),
 
 
 def _call(children):
+    """Operators on operands Qlib accepts: a series where it loads one (Ref(0, 1) and Add(1, 2) are refused)."""
     elem = st.sampled_from([k for k, v in OPS.items() if v.n_args == 2 and not v.params])
     roll = st.sampled_from([k for k, v in OPS.items() if v.window == "expanding" and len(v.params) == 1])
+    series = children.filter(lambda c: not isinstance(c, Const))
     return st.one_of(
-        st.builds(lambda op, a, b: Call(op, (a, b)), elem, children, children),
-        st.builds(lambda op, a, n: Call(op, (a,), (n,)), roll, children, st.integers(5, 30)),
-        st.builds(lambda a, n: Call("Ref", (a,), (n,)), children, st.integers(-5, 5)),
-        st.builds(lambda a, q: Call("Quantile", (a,), (10, q)), children, st.sampled_from([0.2, 0.5, 0.8])),
+        st.builds(lambda op, a, b: Call(op, (a, b)), elem, series, children),
+        st.builds(lambda op, a, b: Call(op, (a, b)), elem, children, series),
+        st.builds(lambda op, a, n: Call(op, (a,), (n,)), roll, series, st.integers(5, 30)),
+        st.builds(lambda a, n: Call("Ref", (a,), (n,)), series, st.integers(-5, 5)),
+        st.builds(lambda a, q: Call("Quantile", (a,), (10, q)), series, st.sampled_from([0.2, 0.5, 0.8])),
     )
 
 
