@@ -214,3 +214,101 @@ def flat_windows(x, n, out):
                     start = last + 1
                 last = t
             res[t] = last >= 0 and last > t - n and start <= max(t - n + 1, 0)
+
+
+# Sums of terms about each window's own centre c[t] (moments.centred): slot k of the window ending at t
+# reads bar j = t - n + 1 + k, or raw 0 and validity 0 before the block, as torch's zero padding does; the
+# window's terms are added oldest slot first (moments.oldest_first), lag by lag over the row.
+
+
+@numba.njit(**_JIT)
+def centred_moments(raw, v, c, n, out):
+    """out[s, t] = (sum d, sum d * d) over the window's slots, d = (raw - c[t]) * v (Prepared.moments)."""
+    n_sym, n_bars = raw.shape
+    s1, s2 = np.empty(n_bars), np.empty(n_bars)
+    for s in range(n_sym):
+        r, w, ct = raw[s], v[s], c[s]
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            for t in range(min(lag, n_bars)):  # the slot lies before the block
+                d = (0.0 - ct[t]) * 0.0
+                s1[t] = d if first else s1[t] + d
+                s2[t] = d * d if first else s2[t] + d * d
+            if lag < n_bars:
+                src, val, cen, a1, a2 = r[: n_bars - lag], w[: n_bars - lag], ct[lag:], s1[lag:], s2[lag:]
+                if first:
+                    for t in range(n_bars - lag):
+                        d = (src[t] - cen[t]) * val[t]
+                        a1[t] = d
+                        a2[t] = d * d
+                else:
+                    for t in range(n_bars - lag):
+                        d = (src[t] - cen[t]) * val[t]
+                        a1[t] += d
+                        a2[t] += d * d
+        for t in range(n_bars):
+            out[s, t, 0] = s1[t]
+            out[s, t, 1] = s2[t]
+
+
+@numba.njit(**_JIT)
+def co_moment(ra, rb, v, ca, cb, n, out):
+    """out[s, t] = sum over the window of ((ra - ca[t]) * (rb - cb[t])) * v (moments._co_moment)."""
+    n_sym, n_bars = ra.shape
+    acc = np.empty(n_bars)
+    for s in range(n_sym):
+        xa, xb, w, cx, cy = ra[s], rb[s], v[s], ca[s], cb[s]
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            for t in range(min(lag, n_bars)):
+                d = ((0.0 - cx[t]) * (0.0 - cy[t])) * 0.0
+                acc[t] = d if first else acc[t] + d
+            if lag < n_bars:
+                sa, sb, val, ka, kb, dst = (xa[: n_bars - lag], xb[: n_bars - lag], w[: n_bars - lag], cx[lag:],
+                                            cy[lag:], acc[lag:])
+                if first:
+                    for t in range(n_bars - lag):
+                        dst[t] = ((sa[t] - ka[t]) * (sb[t] - kb[t])) * val[t]
+                else:
+                    for t in range(n_bars - lag):
+                        dst[t] += ((sa[t] - ka[t]) * (sb[t] - kb[t])) * val[t]
+        out[s, :] = acc
+
+
+@numba.njit(**_JIT)
+def position_sums(raw, v, c, n, out):
+    """out[s, t] = (sum vp, sum vp * slot, sum (raw - c[t]) * vp) with vp = v * slot, slot = k - (n - 1) / 2
+    (moments._position_sums)."""
+    n_sym, n_bars = raw.shape
+    half = (n - 1) / 2
+    sx, sxx, sxy = np.empty(n_bars), np.empty(n_bars), np.empty(n_bars)
+    for s in range(n_sym):
+        r, w, ct = raw[s], v[s], c[s]
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            slot = (n - 1 - lag) - half
+            for t in range(min(lag, n_bars)):
+                vp = 0.0 * slot
+                xy = (0.0 - ct[t]) * vp
+                sx[t] = vp if first else sx[t] + vp
+                sxx[t] = vp * slot if first else sxx[t] + vp * slot
+                sxy[t] = xy if first else sxy[t] + xy
+            if lag < n_bars:
+                src, val, cen, a, b, e = (r[: n_bars - lag], w[: n_bars - lag], ct[lag:], sx[lag:], sxx[lag:],
+                                          sxy[lag:])
+                if first:
+                    for t in range(n_bars - lag):
+                        vp = val[t] * slot
+                        a[t] = vp
+                        b[t] = vp * slot
+                        e[t] = (src[t] - cen[t]) * vp
+                else:
+                    for t in range(n_bars - lag):
+                        vp = val[t] * slot
+                        a[t] += vp
+                        b[t] += vp * slot
+                        e[t] += (src[t] - cen[t]) * vp
+        for t in range(n_bars):
+            out[s, t, 0] = sx[t]
+            out[s, t, 1] = sxx[t]
+            out[s, t, 2] = sxy[t]

@@ -109,3 +109,29 @@ def flat_windows(kern, x: Tensor, n: int) -> Tensor:
     out = torch.empty(x.shape, dtype=torch.bool)
     kern.flat_windows(_array(x), n, out.numpy())
     return out
+
+
+def _f64(x: Tensor):
+    return _array(x.to(torch.float64))
+
+
+def centred_moments(kern, raw: Tensor, v: Tensor, centre: Tensor, n: int) -> Tensor:
+    """[S, T, 2]: moments.Prepared.moments, compiled."""
+    out = torch.empty((*raw.shape, 2), dtype=torch.float64)
+    kern.centred_moments(_f64(raw), _f64(v), _f64(centre), n, out.numpy())
+    return out
+
+
+def co_moment(kern, ra: Tensor, rb: Tensor, v: Tensor, ca: Tensor, cb: Tensor, n: int) -> Tensor:
+    """moments._co_moment's windows of n bars, compiled."""
+    ra, rb = torch.broadcast_tensors(ra, rb)
+    out = _out(ra)
+    kern.co_moment(_f64(ra), _f64(rb), _f64(v), _f64(ca.expand_as(ra)), _f64(cb.expand_as(ra)), n, out.numpy())
+    return out
+
+
+def position_sums(kern, raw: Tensor, v: Tensor, centre: Tensor, n: int) -> Tensor:
+    """[S, T, 3]: moments._position_sums' (sx, sxx, sxy) over windows of n bars, compiled."""
+    out = torch.empty((*raw.shape, 3), dtype=torch.float64)
+    kern.position_sums(_f64(raw), _f64(v), _f64(centre), n, out.numpy())
+    return out

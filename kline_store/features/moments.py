@@ -61,6 +61,15 @@ def wsum(z: Tensor, n: int) -> Tensor:
     return acc
 
 
+def oldest_first(w: Tensor) -> Tensor:
+    """Sum of windows w [..., n] over their slots, slot 0 (the oldest) first: the order the compiled kernels
+    keep too (a reduction's order would depend on the CPU's vector width)."""
+    acc = w[..., 0].clone()
+    for k in range(1, w.shape[-1]):
+        acc += w[..., k]
+    return acc
+
+
 def centred(n: int, series: list[Tensor], fn: Callable[..., Tensor]) -> Tensor:
     """fn over the windows of n bars of each series ([S, B, n] views, zeros before the block), a chunk of bars
     at a time so that the centred copies fn makes stay under _CHUNK elements; fn returns [S, B, k]."""
@@ -127,9 +136,15 @@ class Prepared:
         """[S, T, 2]: sums of the centred valid values of each window of n bars, and of their squares."""
         def f(raw, v, c):
             d = (raw - c[..., -1:]).mul_(v)   # one copy of the windows, squared in place
-            s1 = d.sum(-1)
-            return torch.stack((s1, d.mul_(d).sum(-1)), -1)
-        return self._keep(("moments", n), lambda: centred(n, [self.raw, self.v, self.centre], f))
+            s1 = oldest_first(d)
+            return torch.stack((s1, oldest_first(d.mul_(d))), -1)
+
+        def make() -> Tensor:
+            kern = kernels.compiled_for(self.raw)
+            if kern is not None:
+                return kernels.centred_moments(kern, self.raw, self.v, self.centre, n)
+            return centred(n, [self.raw, self.v, self.centre], f)
+        return self._keep(("moments", n), make)
 
     @cached_property
     def centre(self) -> Tensor:
@@ -233,8 +248,12 @@ def _co_moment(pa: Prepared, pb: Prepared, n: int) -> Tensor:
     if pa.running(n):
         return wsum(pa.d * pb.d, n)
 
+    kern = kernels.compiled_for(pa.raw, pb.raw)
+    if kern is not None:
+        return kernels.co_moment(kern, pa.raw, pb.raw, pa.v, pa.centre, pb.centre, n)
+
     def f(ra, rb, v, ca, cb):
-        return (ra - ca[..., -1:]).mul_(rb - cb[..., -1:]).mul_(v).sum(-1, keepdim=True)
+        return oldest_first((ra - ca[..., -1:]).mul_(rb - cb[..., -1:]).mul_(v))[..., None]
     return centred(n, [pa.raw, pb.raw, pa.v, pa.centre, pb.centre], f)[..., 0]
 
 
@@ -293,10 +312,12 @@ def _position_sums(p: Prepared, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]
 
     def f(raw, v, c):
         vp = v * slot
-        sx = vp.sum(-1)
-        sxy = (raw - c[..., -1:]).mul_(vp).sum(-1)
-        return torch.stack((sx, vp.mul_(slot).sum(-1), sxy), -1)
-    sums = centred(n, [p.raw, p.v, p.centre], f)
+        sx = oldest_first(vp)
+        sxy = oldest_first((raw - c[..., -1:]).mul_(vp))
+        return torch.stack((sx, oldest_first(vp.mul_(slot)), sxy), -1)
+    kern = kernels.compiled_for(p.raw)
+    sums = kernels.position_sums(kern, p.raw, p.v, p.centre, n) if kern is not None else \
+        centred(n, [p.raw, p.v, p.centre], f)
     return sums[..., 0], sums[..., 1], sums[..., 2], torch.full((1, 1), (n - 1) / 2, dtype=torch.float64,
                                                                    device=p.x.device)
 
