@@ -135,3 +135,23 @@ def position_sums(kern, raw: Tensor, v: Tensor, centre: Tensor, n: int) -> Tenso
     out = torch.empty((*raw.shape, 3), dtype=torch.float64)
     kern.position_sums(_f64(raw), _f64(v), _f64(centre), n, out.numpy())
     return out
+
+
+def _view(x: Tensor):
+    """x (float64 or bool, on the CPU) as a numpy view, strides kept (numba takes strided arrays)."""
+    return x.detach().numpy()
+
+
+def var_tail(kern, cnt: Tensor, s1: Tensor, s2: Tensor, flat: Tensor) -> Tensor:
+    out = _out(cnt)
+    kern.var_tail(_view(cnt), _view(s1), _view(s2), _view(flat), out.numpy())
+    return out
+
+
+def pair_tail(kern, cnt: Tensor, sa: Tensor, sb: Tensor, co: Tensor, s2a: Tensor, s2b: Tensor, flat_a: Tensor,
+              flat_b: Tensor, corr: bool) -> tuple[Tensor, Tensor]:
+    """(num, prod): see compiled.pair_tail."""
+    num, prod = _out(cnt), _out(cnt)
+    kern.pair_tail(_view(cnt), _view(sa), _view(sb), _view(co), _view(s2a), _view(s2b), _view(flat_a),
+                   _view(flat_b), corr, num.numpy(), prod.numpy())
+    return num, prod

@@ -206,6 +206,9 @@ def m_mean(x: Tensor, n: int, span: Span) -> Tensor:
 
 def _var(p: Prepared, n: int) -> Tensor:
     cnt, s1, s2 = p.count(n), p.s1(n), p.s2(n)
+    kern = kernels.compiled_for(cnt, s1, s2)
+    if kern is not None:
+        return kernels.var_tail(kern, cnt, s1, s2, p.flat(n))
     var = ((s2 - s1 * s1 / cnt) / (cnt - 1)).clamp(min=0)
     var = torch.where(p.flat(n), 0.0, var)
     return torch.where(cnt >= 2, var, _NAN)
@@ -270,16 +273,35 @@ def _pair(a: Tensor, b: Tensor, n: int, span: Span) -> tuple[Tensor, Tensor, Ten
     return cnt, sab, saa, sbb
 
 
+def _compiled_pair(a: Tensor, b: Tensor, n: int, span: Span, corr: bool) -> tuple[Tensor, Tensor] | None:
+    """_pair's tail in one compiled pass (see compiled.pair_tail), when the compiled engine is on."""
+    pa, pb = _paired(a, b, span)
+    cnt = pa.count(n)
+    kern = kernels.compiled_for(cnt)
+    if kern is None:
+        return None
+    return kernels.pair_tail(kern, cnt, pa.s1(n), pb.s1(n), _co_moment(pa, pb, n), pa.s2(n), pb.s2(n),
+                             pa.flat(n), pb.flat(n), corr)
+
+
 def m_cov(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
+    fused = _compiled_pair(a, b, n, span, corr=False)
+    if fused is not None:
+        return fused[0]
     cnt, sab, _saa, _sbb = _pair(a, b, n, span)
     return torch.where(cnt >= 2, sab / (cnt - 1), _NAN)
 
 
 def m_corr(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
     """pandas' pairwise corr (NaN where a variance is 0), then Qlib's guard on each input's own rolling std."""
-    cnt, sab, saa, sbb = _pair(a, b, n, span)
-    out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
-    out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
+    fused = _compiled_pair(a, b, n, span, corr=True)
+    if fused is not None:
+        num, prod = fused
+        out = num / prod.sqrt()  # num is NaN where the torch code below gives NaN before the std guard
+    else:
+        cnt, sab, saa, sbb = _pair(a, b, n, span)
+        out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
+        out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
     flat = (m_std(a, n, span) <= 2e-5) | (m_std(b, n, span) <= 2e-5)
     return torch.where(flat, _NAN, out)
 
