@@ -6,6 +6,8 @@
     sets.feature_set(name)                     alpha158, alpha360, label (LABEL0), as Qlib 0.9.7 defines them
 
 Operators (ops.py's table): moments.py (window sums: Sum, Mean, Std, Corr, Slope, ...), rolling.py (whole
-windows: Quantile, Rank, IdxMax, Skew, ...; Ref, Delta), smooth.py (EMA); window.py holds the span logic.
+windows: Quantile, Rank, IdxMax, Skew, ...; Ref, Delta), smooth.py (EMA); window.py holds the span logic,
+infinity.py what a rolling operator does with +-inf (as Qlib's pandas does), fold.py numbers folded within
+float range.
 Values match Qlib 0.9.7's D.features cell for cell (tests/features runs Qlib itself).
 """

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, StoreError
+from ..memory import Available, available, gib
 from ..progress import Progress, silenced
 from ..store import identity, lock, manifest as mf, reclaim, safefs, writer as W
 from ..store.snapshot import Store, open_store
@@ -30,8 +31,11 @@ from .evaluate import evaluate
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
 
 # Bytes of working memory one block of symbols may take (inputs, every live intermediate, outputs): bounds the
-# process however large the output store is.
+# process however large the output store is. Less where less is available (a cgroup's limit included): a share
+# of what this process may still take (block_budget).
 BLOCK_BYTES = 512 << 20
+BUDGET_SHARE = 0.5                 # of the available memory: the rest for the allocator's slack and the page cache
+MIN_BLOCK_BYTES = 16 << 20         # below this, refused in one line rather than run into the OOM killer
 
 
 @dataclass
@@ -87,12 +91,42 @@ def _sources(st: Store, plan: FeaturePlan) -> tuple[dict[str, int], list[str]]:
     return index, missing
 
 
-def block_rows(n_dates: int, plan: FeaturePlan, budget: int = BLOCK_BYTES) -> int:
-    """Symbols per block: each needs its outputs (float32 computed, float32 placed for writing) and the live
-    intermediates per bar: operands and what the pass keeps of them for other operators (window sums,
+def symbol_bytes(n_dates: int, plan: FeaturePlan) -> int:
+    """Working memory of one symbol's block: its outputs (float32 computed, float32 placed for writing) and the
+    live intermediates per bar: operands and what the pass keeps of them for other operators (window sums,
     extremes, fits of each window length; measured about 250 float64 on Alpha158)."""
-    per_symbol = max(1, n_dates) * (len(plan.fields) * 8 + 256 * 8)
-    return max(1, budget // per_symbol)
+    return max(1, n_dates) * (len(plan.fields) * 8 + 256 * 8)
+
+
+def block_budget(avail: Available | None = None) -> int:
+    """Bytes one block may take: BLOCK_BYTES, or BUDGET_SHARE of what this process may still use when less."""
+    avail = available() if avail is None else avail
+    return min(BLOCK_BYTES, int(avail.nbytes * BUDGET_SHARE))
+
+
+def block_rows(n_dates: int, plan: FeaturePlan, budget: int | None = None, block: int | None = None) -> int:
+    """Symbols per block: ``block`` (the caller's block_symbols) or what fits in the budget (default:
+    block_budget()). Raises InputError in one line, before anything is written, when even one symbol's block
+    (or MIN_BLOCK_BYTES) exceeds the budget."""
+    avail = available() if budget is None else None
+    budget = block_budget(avail) if budget is None else budget
+    need = max(MIN_BLOCK_BYTES, symbol_bytes(n_dates, plan))
+    if need > budget:
+        where = f"{avail}, {BUDGET_SHARE:.0%} of it for a block" if avail is not None else "the budget"
+        raise InputError(f"features: a block of one symbol ({n_dates:,} dates x {len(plan.fields)} expressions) needs "
+                         f"{gib(need)}; {gib(budget)} is what fits ({where}); free memory, raise the memory "
+                         "limit or compute fewer expressions at a time")
+    return block or max(1, budget // symbol_bytes(n_dates, plan))
+
+
+def check_block_symbols(block_symbols) -> int | None:
+    """block_symbols as given: None or a positive int; anything else refused in one line."""
+    if block_symbols is None or (type(block_symbols) is int and block_symbols > 0):
+        return block_symbols
+    if isinstance(block_symbols, np.integer) and block_symbols > 0:
+        return int(block_symbols)
+    raise InputError(f"block_symbols={block_symbols!r}: expected a positive whole number of symbols per block "
+                     "(or None for what fits in memory)")
 
 
 def spans(st: Store, d0: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +214,7 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     a new store's id (None: an update keeps the store's)."""
     index, missing = _sources(st, plan)
     version, generation, created = W.next_numbers(out)
-    rows = block or block_rows(st.n_dates, plan)
+    rows = block_rows(st.n_dates, plan, block=block)
     gen = W.NewGeneration(out, generation + 1, st.n_symbols, st.n_dates, len(plan.fields),
                           capacity or st.date_capacity)
     try:
@@ -218,7 +252,8 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
         label: "default" (Qlib's LABEL0 = Ref($close, -2)/Ref($close, -1) - 1), None, an expression, or
             ``NAME=EXPR``. files: files of ``NAME=EXPR`` lines.
         device: "cpu" or a CUDA device: where the blocks are computed.
-        block_symbols: symbols per block (default: what fits in BLOCK_BYTES).
+        block_symbols: symbols per block, a positive int (default: what fits in block_budget(): BLOCK_BYTES, or
+            half the memory this process may still take, a cgroup's limit included, when that is less).
         threads: CPU threads, each computing its own symbols with one torch thread (default:
             torch.get_num_threads()); the values do not depend on it.
 
@@ -226,6 +261,7 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
         InputError: a bad expression or set, a target in the way; StoreError: a damaged source store.
     """
     t0 = time.perf_counter()
+    block_symbols = check_block_symbols(block_symbols)
     plan = make_plan(sets, exprs, label, files)
     dev = _device(device)
     st = store if isinstance(store, Store) else open_store(store)
@@ -233,6 +269,7 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
         raise InputError(f"out={out!r}: expected a store directory path")
     out = Path(out)
     safefs.outside_store(st.path, out)
+    block_rows(st.n_dates, plan, block=block_symbols)        # refused here, before the target is touched
     instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
                "recomputes it")
     with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
@@ -271,6 +308,7 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
         StoreError: ``out`` is not a features store, or its source store is gone or damaged.
     """
     t0 = time.perf_counter()
+    block_symbols = check_block_symbols(block_symbols)
     dev = _device(device)
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={out!r}: expected a store directory path")
@@ -317,16 +355,16 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     stride, cell = cap * nf * 4, nf * 4
     d0 = max(0, t_old - plan.max_lookahead - (plan.max_lookback or 0))   # history the new cells need
     ranges = W.tail_ranges(stride, cell, n_old, n_rows, t_old, t_new)
+    # (rows, first day read, first day written): the old rows' new days, then the new rows' whole history
+    parts = [(r0, r1, start, u0) for r0, r1, start, u0 in ((0, n_old, d0, t_old), (n_old, n_rows, 0, 0))
+             if r1 > r0 and u0 < t_new]
+    per_part = [block_rows(t_new - start, plan, block=block) for _, _, start, _ in parts]  # refused here
     crcs = np.concatenate([np.asarray(m["data"]["row_crc32"][:n_old], dtype=np.uint32),
                            np.zeros(n_rows - n_old, dtype=np.uint32)])
     bar = Progress(n_rows, "computing", unit="symbols")
     try:
         with W.tail_append(out, out / m["data"]["file"], n_rows * stride, ranges, crash="features:tail") as fd:
-            for r0, r1, start in ((0, n_old, d0), (n_old, n_rows, 0)):
-                u0 = t_old if start else 0
-                if r1 <= r0 or u0 >= t_new:
-                    continue
-                rows = block or block_rows(t_new - start, plan)
+            for (r0, r1, start, u0), rows in zip(parts, per_part):
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
                     vals = evaluate_block(st, sl, start, plan, index, device, threads)

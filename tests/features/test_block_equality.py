@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from kline_store import FeatureWindows, append, compute_features, ingest, open_store, update_features
 from kline_store.features.evaluate import evaluate, lookback
+from kline_store.store.snapshot import verify_store
 from kline_store.features.parse import parse
 
 # The four that differed (CORR5, RESI5, RESI20, RSQR20), the rest of the window-sum family, and a few
@@ -118,3 +119,20 @@ def test_feature_windows_equal_the_features_store_bit_for_bit(tmp_path):
         s, t = fw.base.locate(idx)
         want = np.stack([stored[s[k], t[k] - window + 1: t[k] + 1] for k in range(len(idx))])
         assert len(idx) > 100 and same(got, want), np.argwhere(~((got == want) | (np.isnan(got) & np.isnan(want))))[:5]
+
+
+def test_an_update_of_a_store_shorter_than_its_longest_window_appends_only_new_days(tmp_path):
+    """History shorter than the look-back: the update reads from the first day and writes the new days only
+    (the old rows' committed cells and their checksums stay as they are)."""
+    frames = bar_frames(3, 4, 70)
+    days = np.busday_offset("2020-01-02", np.arange(70), roll="forward").astype(str)
+    base = tmp_path / "base"
+    ingest([write(tmp_path / "a", frames, None, days[50])], base)
+    compute_features(base, tmp_path / "f", sets=[], exprs={"M60": "Mean($close, 60)", "R20": "Resi($close, 20)"})
+    append(base, [write(tmp_path / "b", frames, days[50], None)])
+    assert update_features(tmp_path / "f").mode == "tail"
+    compute_features(base, tmp_path / "full", sets=[], exprs={"M60": "Mean($close, 60)", "R20": "Resi($close, 20)"})
+    assert same(cells(tmp_path / "f"), cells(tmp_path / "full"))
+    with open_store(tmp_path / "f") as a, open_store(tmp_path / "full") as b:
+        assert a.manifest["data"]["row_crc32"] == b.manifest["data"]["row_crc32"]
+    assert verify_store(tmp_path / "f") == []

@@ -186,7 +186,8 @@ def test_one_number_where_qlib_takes_one_is_kept():
 def test_limits_are_one_line():
     for bad, what in [("$close+" * (MAX_EXPRESSION_CHARS // 7 + 1) + "1", "characters, more than"),
                       (f"Mean($close, {MAX_WINDOW + 1})", "must lie within"),
-                      (f"Mean($close, {10 ** 400})", "must be an integer, got inf"), ("Mean($close, 1e8)", "an integer")]:
+                      (f"Mean($close, {10 ** 400})", "must be an integer, got inf"),
+                      ("Mean($close, 1e8)", "an integer")]:
         with pytest.raises(InputError, match=what) as err:
             parse(bad)
         assert "\n" not in str(err.value) and len(str(err.value)) < 600
