@@ -78,6 +78,12 @@ def test_engine_switch(monkeypatch):
     monkeypatch.setenv("KLINE_STORE_KERNELS", "fast")
     with pytest.raises(InputError, match="KLINE_STORE_KERNELS"):
         kernels.engine()
+    monkeypatch.setattr(kernels, "_compiled", False)  # as when numba does not import: torch, or one line
+    monkeypatch.delenv("KLINE_STORE_KERNELS")
+    assert kernels.engine() == "torch" and kernels.compiled_for(torch.zeros(2, 2)) is None
+    monkeypatch.setenv("KLINE_STORE_KERNELS", "numba")
+    with pytest.raises(InputError, match="pip install"):
+        kernels.engine()
 
 
 def test_threads_give_the_same_values():
