@@ -46,6 +46,22 @@ def window_sum(z, n, out):
 
 
 @numba.njit(**_JIT)
+def window_count(v, n, out):
+    """out[s, t] = v[s, t-n+1] + ... + v[s, t] for 0/1 values v (moments.wcount): running-count differences,
+    exact integers."""
+    n_sym, n_bars = v.shape
+    total = np.empty(n_bars)
+    for s in range(n_sym):
+        row, res = v[s], out[s]
+        run = 0.0
+        for t in range(n_bars):
+            run += row[t]
+            total[t] = run
+        for t in range(n_bars):
+            res[t] = total[t] - total[t - n] if t >= n else total[t]
+
+
+@numba.njit(**_JIT)
 def window_extreme(z, n, largest, fill, out):
     """Maximum (largest) or minimum of z (no NaN) over the n bars ending at each bar; `fill` before the block."""
     n_sym, n_bars = z.shape

@@ -155,3 +155,9 @@ def pair_tail(kern, cnt: Tensor, sa: Tensor, sb: Tensor, co: Tensor, s2a: Tensor
     kern.pair_tail(_view(cnt), _view(sa), _view(sb), _view(co), _view(s2a), _view(s2b), _view(flat_a),
                    _view(flat_b), corr, num.numpy(), prod.numpy())
     return num, prod
+
+
+def window_count(kern, v: Tensor, n: int) -> Tensor:
+    out = _out(v)
+    kern.window_count(_f64(v), n, out.numpy())
+    return out

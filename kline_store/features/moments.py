@@ -95,6 +95,9 @@ def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
 
 def wcount(v: Tensor, n: int) -> Tensor:
     """Window sum of 0/1 values: running-sum differences, exact for integers in float64."""
+    kern = kernels.compiled_for(v)
+    if kern is not None:
+        return kernels.window_count(kern, v, n)
     c = pad(v.cumsum(1), (1, 0))
     return c[:, 1:] - pad(c, (n - 1, 0))[:, : v.shape[1]] if n < v.shape[1] else c[:, 1:]
 
