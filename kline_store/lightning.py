@@ -22,6 +22,7 @@ import torch
 from .samples.ranges import DateLike
 from .errors import InputError
 from .feed.loader import KlineLoader
+from .feed.options import LoaderOptions, split_options
 from .samples.splits import Splits, make_splits
 
 Range = tuple[DateLike, DateLike]
@@ -49,7 +50,11 @@ class KlineDataModule(lp.LightningDataModule):
             in ``batch["padded"]``, leave them out of metrics) or "uneven" (each window once, ranks differ by at most
             one batch: reduce metrics after the loop, not per step). Training keeps "pad".
         **options: dataset options for every split (label, adjust, normalize, missing, days, embargo, symbols,
-            universe, ...).
+            universe, ...) and loader options for every split's loader (order, placement, pool_blocks, config,
+            backend, prefetch_factor, collate_fn, ...: :class:`~kline_store.feed.options.LoaderOptions`).
+
+    Attributes:
+        loader_options: the loaders' options, built once (each split's loader sets its shuffle, tail and device).
     """
 
     def __init__(self, store: str | os.PathLike, window: int = 64, splits: dict[str, Range] | None = None,
@@ -72,6 +77,13 @@ class KlineDataModule(lp.LightningDataModule):
         self.batch_size, self.fields, self.horizon, self.seed = int(batch_size), fields, horizon, seed
         if eval_tail not in ("pad", "uneven"):
             raise InputError(f"KlineDataModule(eval_tail={eval_tail!r}): expected 'pad' or 'uneven'")
+        loading, options = split_options(options)
+        fixed = sorted(set(loading) & {"shuffle", "tail"})
+        if fixed:
+            raise InputError(f"KlineDataModule({fixed[0]}=...): training shuffles and pads, validation and test do "
+                             f"not shuffle and take eval_tail=")
+        self.loader_options = LoaderOptions.of(batch_size=self.batch_size, seed=seed, num_workers=num_workers,
+                                               drop_last=drop_last, **loading)
         self.device, self.num_workers, self.drop_last, self.options = device, num_workers, drop_last, options
         self.eval_tail = eval_tail
         self.splits: Splits | None = None
@@ -95,9 +107,9 @@ class KlineDataModule(lp.LightningDataModule):
         ds = {"train": self.splits.train, "val": self.splits.valid, "test": self.splits.test}[split]
         if ds is None:
             return []   # Lightning's "no loader": the split was not given
-        return ds.loader(batch_size=self.batch_size, shuffle=shuffle, seed=self.seed,
-                         drop_last=self.drop_last and split == "train", num_workers=self.num_workers,
-                         device=self._device(), tail="pad" if split == "train" else self.eval_tail)
+        opts = self.loader_options
+        return ds.loader_with(opts.replace(shuffle=shuffle, drop_last=opts.drop_last and split == "train",
+                                           device=self._device(), tail="pad" if split == "train" else self.eval_tail))
 
     def train_dataloader(self) -> KlineLoader | list:
         return self._loader("train", shuffle=True)

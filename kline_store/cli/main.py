@@ -15,8 +15,11 @@ import click
 
 from ..errors import KlineStoreError
 from ..progress import silenced
+from .options import read_options
 
 
+ASSUME = ("With an exchange calendar: days after the last one whose holidays exchange_calendars records are the "
+          "exchange's weekdays (marked in the manifest).")
 MAX_LINE = 600   # an error is one line a person reads: anything longer is cut (the cause is said first)
 
 
@@ -57,15 +60,10 @@ def _check_freq(ctx, param, value):
 @cli.command(short_help="Build a store from CSV/Parquet files or a Qlib directory.")
 @click.argument("inputs", nargs=-1, required=True)
 @click.option("-o", "--out", required=True, type=click.Path(), help="Store directory to create or replace.")
-@click.option("--calendar", type=click.Path(), help="File of trading dates (default: union of input dates).")
-@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name, e.g. 'Px Last=close'.")
-@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@click.option("--calendar", type=click.Path(),
+              help="File of trading dates or an exchange code (XSHG, XNYS) (default: union of input dates).")
+@read_options
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT from these inputs alone.")
-@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names, e.g. 'yahoofinance-(\\w+)-'.")
-@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
-@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
-@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--instruments", metavar="all|MARKET|FILE",
               help="Qlib directory input: symbols of instruments/MARKET.txt (default all) or of FILE.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
@@ -75,15 +73,16 @@ def _check_freq(ctx, param, value):
               help="Intraday calendar: every bar of ashare, us, 24h or a CSV of open,close sessions on each date.")
 @click.option("--stamp", type=click.Choice(["end", "start"]), help="Bars are stamped with their end or start (--sessions).")
 @click.option("--timezone", metavar="ZONE", help="The exchange's zone (Asia/Shanghai): UTC offsets are converted to it.")
+@click.option("--assume-weekdays", is_flag=True, help=ASSUME)
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symbol, na, skip_bad, exclude, instruments,
-           wait, freq, sessions, stamp, timezone, quiet) -> None:
+def ingest(inputs, out, calendar, read, replace, instruments, wait, freq, sessions, stamp, timezone, assume_weekdays,
+           quiet) -> None:
     """Read CSV/Parquet files, folders or globs, or a Qlib provider directory, into a new store at OUT
     (atomic)."""
     from ..ingest.ingestion import ingest as run
-    rep = run(list(inputs), out, calendar=calendar, map=mapping, strict=strict, quiet=quiet, wait=wait,
-              replace=replace, symbol_pattern=symbol_pattern, freq=freq, sessions=sessions, stamp=stamp,
-              instruments=instruments, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude, timezone=timezone)
+    rep = run(list(inputs), out, calendar=calendar, quiet=quiet, wait=wait, replace=replace, freq=freq,
+              sessions=sessions, stamp=stamp, instruments=instruments, timezone=timezone,
+              assume_weekdays=assume_weekdays, **read)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -91,25 +90,19 @@ def ingest(inputs, out, calendar, mapping, strict, replace, symbol_pattern, symb
 @cli.command(short_help="Add new days, symbols and revised bars to STORE.")
 @click.argument("store")
 @click.argument("inputs", nargs=-1, required=True)
-@click.option("--map", "mapping", multiple=True, metavar="SRC=FIELD", help="Map a column name.")
-@click.option("--strict", is_flag=True, help="Treat data-quality warnings as errors.")
+@read_options
 @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
-@click.option("--symbol-pattern", metavar="REGEX", help="Symbol from file names (see ingest).")
-@click.option("--symbol", metavar="NAME", help="The symbol of a single input file without a symbol column.")
-@click.option("--na", "na", multiple=True, metavar="VALUE", help="A cell value that means missing (repeatable), e.g. '.' or '#N/A'.")
-@click.option("--skip-bad", is_flag=True, help="Leave out files that are not bars (ticks, quotes, ...) and list them.")
-@click.option("--exclude", multiple=True, metavar="GLOB", help="Leave out files whose name or path matches (repeatable).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds the store.")
-@click.option("--calendar", type=click.Path(), help="File of trading dates listing the new dates (daily stores).")
+@click.option("--calendar", type=click.Path(),
+              help="File of trading dates listing the new dates, or an exchange code (XSHG) (daily stores).")
+@click.option("--assume-weekdays", is_flag=True, help=ASSUME)
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def append(store, inputs, mapping, strict, dry_run, symbol_pattern, symbol, na, skip_bad, exclude, wait, calendar,
-           quiet) -> None:
+def append(store, inputs, read, dry_run, wait, calendar, assume_weekdays, quiet) -> None:
     """Add new days and symbols (and revised bars) from INPUTS to STORE."""
     from ..ingest.update import append as run
     with silenced(quiet):
-        rep = run(store, list(inputs), map=mapping, strict=strict, dry_run=dry_run, wait=wait, quiet=quiet,
-                  symbol_pattern=symbol_pattern, symbol=symbol, na=na, skip_bad=skip_bad, exclude=exclude,
-                  calendar=calendar)
+        rep = run(store, list(inputs), dry_run=dry_run, wait=wait, quiet=quiet, calendar=calendar,
+                  assume_weekdays=assume_weekdays, **read)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 
@@ -140,6 +133,10 @@ def info(store, as_json, per_symbol) -> None:
     sessions = f", sessions {d['sessions']['name']} (stamped at {d['sessions']['stamp']})" if d["sessions"] else ""
     universes = "".join(f"\nuniverse {name} ({_count(u['symbols'], 'symbol')}, {_count(u['members_last_day'], 'member')} "
                         f"on {d['end']}, {_count(u['spans'], 'span')})" for name, u in d["universes"].items())
+    assumed = d.get("assumed_weekdays")
+    calendar = (f"\ncalendar {d['exchange']} (exchange_calendars)" + (
+        f", weekdays assumed {assumed['after']} < date <= {assumed['through']} (holidays unknown)" if assumed else "")
+        if d.get("exchange") else "")
     click.echo(f"store    {d['path']} (version {d['version']}, {d['data_file']})\n"
                f"freq     {d.get('bar') or d['freq']} ({d['timezone']}{sessions})\n"
                f"shape    {d['n_symbols']} symbol{'' if d['n_symbols'] == 1 else 's'} x {d['n_dates']} {bars} x {len(d['fields'])} fields, float32, "
@@ -147,7 +144,7 @@ def info(store, as_json, per_symbol) -> None:
                f"{bars:<8} {d['start']} .. {d['end']}\n"
                f"fields   {' '.join(d['fields'])}\n"
                f"bars     {d['n_bars']}\n"
-               f"symbols  {shown}{universes}")
+               f"symbols  {shown}{universes}{calendar}")
 
 
 @cli.command(short_help="Write a coarser store from an intraday STORE.")
@@ -157,10 +154,13 @@ def info(store, as_json, per_symbol) -> None:
               help="Bar size: 5min, 15min, 30min, 60min, ..., 1d; 1w or 1mo from a daily store.")
 @click.option("--replace", is_flag=True, help="Rebuild an existing store at OUT.")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
-def resample(store, out, freq, replace, wait) -> None:
+@click.option("--stamp", type=click.Choice(["start", "end"]), default=None,
+              help="How STORE's bars are stamped, and so the new ones: by their start (16:00 holds 16:00-16:04 "
+                   "in 5min) or their end; default the store's own (its sessions', else end).")
+def resample(store, out, freq, replace, wait, stamp) -> None:
     """Write a coarser store (5min .. 60min, or 1d) from an intraday STORE: OHLCV aggregated exactly."""
     from ..ingest.resample import resample as run
-    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait).lines()))
+    click.echo("\n".join(run(store, out, freq, replace=replace, wait=wait, stamp=stamp).lines()))
 
 
 @cli.command(short_help="Check STORE's manifest, sizes and checksums.")

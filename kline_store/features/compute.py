@@ -198,7 +198,7 @@ def time_axis(st: Store) -> dict:
 
 
 def _extra(st: Store, plan: FeaturePlan, store_id: str | None = None) -> dict:
-    """The features manifest's own keys; ``store_id``: a new one for a new store (None: kept by commit)."""
+    """The features manifest's own keys; ``store_id``: a new store's, or the store's own (None: commit reads it)."""
     return {**time_axis(st), META_KEY: _meta(st, plan), **({mf.STORE_ID_KEY: store_id} if store_id else {})}
 
 
@@ -380,7 +380,7 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     new = W.build_manifest(version=m["version"] + 1, data=data, symbols=st.symbols, dates=st.dates,
                            fields=plan.names, capacity=cap, first_bar=st.first_bar, last_bar=st.last_bar,
                            n_bars=st.manifest["n_bars"], created_at=m.get("created_at"),
-                           sources=[source_entry(st, "features_of")], extra=_extra(st, plan))
+                           sources=[source_entry(st, "features_of")], extra=_extra(st, plan, m.get(mf.STORE_ID_KEY)))
     bars = n_old * (t_new - t_old) + (n_rows - n_old) * t_new
     return W.commit(out, new), missing, bars
 

@@ -74,10 +74,14 @@ def centred(n: int, series: list[Tensor], fn: Callable[..., Tensor]) -> Tensor:
     """fn over the windows of n bars of each series ([S, B, n] views, zeros before the block), a chunk of bars
     at a time so that the centred copies fn makes stay under _CHUNK elements; fn returns [S, B, k]."""
     n_sym, n_bars = series[0].shape
-    padded = [pad(z, (n - 1, 0)) for z in series]
     step = max(1, _CHUNK // max(1, n_sym * n))
-    return torch.cat([fn(*[p[:, t0: min(n_bars, t0 + step) + n - 1].unfold(1, n, 1) for p in padded])
-                      for t0 in range(0, n_bars, step)], dim=1)
+    outs = []
+    for t0 in range(0, n_bars, step):
+        t1 = min(n_bars, t0 + step)
+        # zeros before the block: only the chunks that reach back past its start are padded (no whole copies)
+        parts = [z[:, t0 - n + 1: t1] if t0 >= n - 1 else pad(z[:, :t1], (n - 1 - t0, 0)) for z in series]
+        outs.append(fn(*[z.unfold(1, n, 1) for z in parts]))
+    return torch.cat(outs, dim=1)
 
 
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:

@@ -241,7 +241,7 @@ class Fillna(Processor):
         x, present = as_panel(x, present)
         fill = self.fill_value
         out = by_dates(x, present, resolve_fields(self.fields, x),
-                       lambda v, _here: torch.where(torch.isnan(v), torch.tensor(fill, dtype=v.dtype), v))
+                       lambda v, _here: torch.where(torch.isnan(v), fill, v))
         return Processed(out, present)
 
 

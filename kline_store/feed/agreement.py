@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import InputError
+from .source import BatchSource
 
 PREFIX = "kline-store/samples"
 _SHOWN = 8                       # ranks named in the error line
@@ -53,22 +54,17 @@ def every_rank(kv: Any, key: str, value: str, rank: int, world: int) -> list[str
             from None
 
 
-def agree_samples(source: Any, rank: int, world: int) -> None:
+def agree_samples(source: BatchSource, rank: int, world: int) -> None:
     """Make the ranks' datasets agree (see the module docstring); one-line InputError on every rank when they
     cannot."""
-    digest = getattr(source, "sample_digest", None)
-    if not callable(digest):
-        return
     kv = group_of(rank, world)
     if kv is None:
         return
-    seen = every_rank(kv, PREFIX, digest(), rank, world)
+    seen = every_rank(kv, PREFIX, source.sample_digest(), rank, world)
     if len(set(seen)) == 1:
         return
-    recount = getattr(source, "recount", None)
-    if callable(recount):
-        recount()
-    seen = every_rank(kv, PREFIX, digest(), rank, world)
+    source.recount()
+    seen = every_rank(kv, PREFIX, source.sample_digest(), rank, world)
     if len(set(seen)) == 1:
         return
     shown = ", ".join(f"rank {r}: {d}" for r, d in enumerate(seen[:_SHOWN])) + (", ..." if world > _SHOWN else "")

@@ -1,11 +1,11 @@
 """The block order in a loader: which order a loader takes (``order="auto"``), the resumable block sampler, and the
 residency of its blocks (read ahead a round early, released a round late, in a background thread).
 
-A source supports the block order when it has ``block_segments() -> (counts [rows, segments], segment bytes)``,
-``prefetch_segments(row, k0, k1)`` and ``release_segments(row, k0, k1)``: KlineDataset with calendar windows (a
-block: a run of one symbol row's windows), CrossSectionDataset (one row of segments of dates; a block: a run of days
-across the symbols). ``block_defaults(batch_size) -> (pool, largest block bytes)``, when a source has it, replaces
-``default_pool`` and ``MAX_BLOCK_BYTES``.
+A source takes the block order when its ``block_order_ok`` is true; it is then a
+:class:`~kline_store.feed.source.BlockOrderSource` (``block_segments() -> (counts [rows, segments], segment
+bytes)``, ``prefetch_segments``, ``release_segments``, ``block_defaults``, ...): KlineDataset with calendar windows
+(a block: a run of one symbol row's windows), CrossSectionDataset (one row of segments of dates; a block: a run of
+days across the symbols).
 """
 
 from __future__ import annotations
@@ -13,34 +13,31 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from ..errors import InputError
-from .background import stopping, track
+from ..system.background import stopping, track
 from .block_order import Pieces, RoundPlan, group_segments, pad_positions, rank_pieces
-from .config import first_rank_decides, local_world_size
+from ..system.cores import local_world_size
+from ..system.ranks import first_rank_decides
 from ..memory import Available, available, gib, require
-from .sampling import EpochBatches, Tail, check_args, index_dtype, n_batches, shard_size
+from .source import MAX_BLOCK_BYTES, BatchSource, BlockOrderSource, default_pool  # noqa: F401  (their old home)
+from .sampling import EpochBatches, ResumableOrder, Tail, check_args
+from ..system.indexes import index_dtype
 
 ORDERS = ("auto", "uniform", "blocks")
 AUTO_FRACTION = 0.5        # "auto" takes the block order when samples read more than this share of the memory
 POOL_FRACTION = 0.25       # the pool of live blocks may fill this share of the memory (page cache)
-MAX_BLOCK_BYTES = 4 << 20
 LIFETIME = 8               # rounds a block lives: K / LIFETIME blocks enter and leave per round
 
 
-def default_pool(batch_size: int) -> int:
-    """K: at least 8x the batch size and 1,024 blocks (a batch of b then spans about K (1 - e^(-b/K)) blocks)."""
-    return max(1024, 8 * int(batch_size))
+def supports_blocks(source: BatchSource) -> bool:
+    return bool(source.block_order_ok)
 
 
-def supports_blocks(source: Any) -> bool:
-    return bool(getattr(source, "block_order_ok", False)) and callable(getattr(source, "block_segments", None))
-
-
-def choose_order(source: Any, requested: str, avail: Available | None = None) -> str:
+def choose_order(source: BatchSource, requested: str, avail: Available | None = None) -> str:
     """"uniform" or "blocks" for ``order=requested``: auto takes blocks when the bytes samples read exceed
     ``AUTO_FRACTION`` of the available memory (or when the source keeps no per-window index)."""
     if requested not in ORDERS:
@@ -52,20 +49,20 @@ def choose_order(source: Any, requested: str, avail: Available | None = None) ->
         return requested
     if not supports_blocks(source):
         return "uniform"
-    if getattr(source, "keeps_full_index", True) is False:
+    if not source.keeps_full_index:
         return "blocks"
     avail = available() if avail is None else avail
-    return "blocks" if source.read_bytes() > avail.nbytes * AUTO_FRACTION else "uniform"
+    return "blocks" if cast(BlockOrderSource, source).read_bytes() > avail.nbytes * AUTO_FRACTION else "uniform"
 
 
-def check_uniform(source: Any, n: int, avail: Available | None = None) -> None:
+def check_uniform(source: BatchSource, n: int, avail: Available | None = None) -> None:
     """One-line InputError when the uniform order does not fit: the epoch order (two of them: the next one is
     computed ahead) and, for a dataset that kept only the block index, the full index."""
     item = index_dtype(n).itemsize
     need = 2 * n * item
     extra = ""
-    if getattr(source, "keeps_full_index", True) is False:
-        need += int(source.full_index_bytes())
+    if not source.keeps_full_index:
+        need += int(cast(BlockOrderSource, source).full_index_bytes())
         extra = " and the valid-window index"
     if need == 0:
         return
@@ -73,9 +70,9 @@ def check_uniform(source: Any, n: int, avail: Available | None = None) -> None:
             hint="use order='blocks' (memory per block, not per window)")
 
 
-class BlockBatches:
-    """The block order of one rank, epoch after epoch, with a resumable position (the interface of
-    :class:`~kline_store.feed.sampling.EpochBatches`).
+class BlockBatches(ResumableOrder):
+    """The block order of one rank, epoch after epoch, with a resumable position (its position and state:
+    :class:`~kline_store.feed.sampling.ResumableOrder`, as for EpochBatches).
 
     Args:
         counts: valid windows per block (block ``b``'s samples follow block ``b - 1``'s).
@@ -85,6 +82,8 @@ class BlockBatches:
     """
 
     streaming = True
+    order = "blocks"
+    resume_keys = ResumableOrder.resume_keys + ("pool", "lifetime", "block_bytes", "n_blocks")
 
     def __init__(self, counts: np.ndarray, batch_size: int, shuffle: bool = True, seed: int = 0,
                  drop_last: bool = False, rank: int = 0, world_size: int = 1, tail: Tail = "pad",
@@ -94,17 +93,12 @@ class BlockBatches:
         check_args(n, batch_size, rank, world_size, tail)
         if pool < 1 or lifetime < 1:
             raise InputError(f"pool_blocks={pool}, lifetime={lifetime}: must be >= 1")
-        self.n, self.batch_size, self.shuffle, self.seed = n, int(batch_size), shuffle, seed
-        self.drop_last, self.rank, self.world_size, self.tail = drop_last, rank, world_size, tail
+        super().__init__(n, batch_size, shuffle, seed, drop_last, rank, world_size, tail)
         self.pool, self.lifetime, self.n_blocks = int(pool), int(lifetime), len(counts)
         self.residency = residency
         self.block_bytes = 0          # bars per block, when the loader sized them (its state records them)
         self.pieces: Pieces = rank_pieces(counts, seed, rank, world_size, shuffle)
-        self.epoch = 0
-        self.position = 0
         self._cache: tuple[int, RoundPlan] | None = None
-        k = shard_size(n, world_size, tail, rank)
-        self._per_epoch = (k // self.batch_size) * self.batch_size if drop_last else k
 
     # order --------------------------------------------------------------------------
     def plan(self) -> RoundPlan:
@@ -124,18 +118,8 @@ class BlockBatches:
         parts = list(self._stream(self.plan(), 0, notify=False))
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
-    def samples_per_epoch(self) -> int:
-        return self._per_epoch
-
-    def __len__(self) -> int:
-        return n_batches(shard_size(self.n, self.world_size, self.tail, self.rank), self.batch_size, self.drop_last)
-
     def __iter__(self) -> Iterator[np.ndarray]:
         return self._batches(self.plan(), self.position)
-
-    def remaining(self) -> int:
-        left = self.samples_per_epoch() - self.position
-        return max(0, -(-left // self.batch_size))
 
     def _stream(self, plan: RoundPlan, position: int, notify: bool = True) -> Iterator[np.ndarray]:
         """Positions from ``position`` to the end of the epoch, a round (or part of one) at a time."""
@@ -172,43 +156,14 @@ class BlockBatches:
         if len(carry):
             yield carry
 
-    # progress and state ------------------------------------------------------------------
-    def advance(self, n_samples: int) -> None:
-        self.position += n_samples
-        if self.position >= self._per_epoch:
-            self.epoch += 1
-            self.position = 0
-
-    def set_epoch(self, epoch: int) -> None:
-        if int(epoch) != self.epoch:
-            self.epoch = int(epoch)
-            self.position = 0
-
+    # state ------------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        return {"epoch": self.epoch, "seed": self.seed, "position": self.position, "n": self.n,
-                "shuffle": self.shuffle, "rank": self.rank, "world_size": self.world_size, "tail": self.tail,
-                "batch_size": self.batch_size, "drop_last": self.drop_last, "order": "blocks", "pool": self.pool,
-                "lifetime": self.lifetime, "n_blocks": self.n_blocks, "block_bytes": self.block_bytes}
+        return {**super().state_dict(), "order": "blocks", "pool": self.pool, "lifetime": self.lifetime,
+                "n_blocks": self.n_blocks, "block_bytes": self.block_bytes}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume from :meth:`state_dict`; InputError when it describes a different order."""
-        if state.get("order", "uniform") != "blocks":
-            raise InputError("loader state is of order='uniform'; this loader has order='blocks': it would resume "
-                             "a different order; create the loader with order='uniform'")
-        missing = [k for k in ("epoch", "position") if k not in state]
-        if missing:
-            raise InputError(f"loader state lacks {', '.join(missing)}; expected a dict from state_dict()")
-        for key in ("n", "seed", "shuffle", "rank", "world_size", "tail", "pool", "lifetime", "block_bytes",
-                    "n_blocks"):
-            if key in state and state[key] != getattr(self, key) and (key != "block_bytes" or self.block_bytes):
-                raise InputError(f"loader state has {key}={state[key]!r} but this loader has "
-                                 f"{key}={getattr(self, key)!r}: it would resume a different order; create the "
-                                 f"loader with the same dataset and arguments")
-        position = int(state["position"])
-        if not 0 <= position <= shard_size(self.n, self.world_size, self.tail, self.rank):
-            raise InputError(f"loader state position={position} is outside the epoch")
-        self.epoch = int(state["epoch"])
-        self.position = position
+    def _differs(self, key: str, value: Any) -> bool:
+        # blocks sized from the available memory take the saved size (the loader makes them again)
+        return super()._differs(key, value) and (key != "block_bytes" or bool(self.block_bytes))
 
 
 class RoundsAhead:
@@ -244,7 +199,7 @@ class Residency:
     on demand; only speed does.
     """
 
-    def __init__(self, source: Any, blocks_per_row: int, per_block: int, n_segments: int) -> None:
+    def __init__(self, source: BlockOrderSource, blocks_per_row: int, per_block: int, n_segments: int) -> None:
         self.source, self.bpr, self.per_block, self.n_segments = source, blocks_per_row, per_block, n_segments
         self.loaded: set[int] = set()
         self._q: queue.Queue[tuple[str, list[int]] | None] = queue.Queue()
@@ -303,7 +258,7 @@ class Residency:
             self._q.put(None)
 
 
-def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, avail: Available | None = None,
+def check_loader_memory(order: str, sampler: ResumableOrder, chunk_bytes: int, slots: int, avail: Available | None = None,
                         processes: bool = False) -> None:
     """One-line InputError when the loader's chunk buffers (and the block order's pool of resident blocks) need
     more than the available memory: under a cgroup limit the alternative is the OOM killer, or a process that
@@ -316,7 +271,7 @@ def check_loader_memory(order: str, sampler: Any, chunk_bytes: int, slots: int, 
         what += " and the epoch's chunks listed for worker processes"
     if order == "blocks":
         resident = sampler.pool + max(1, sampler.pool // LIFETIME)
-        need += resident * int(getattr(sampler, "block_bytes", 0))
+        need += resident * int(sampler.block_bytes)
         what += f" and its {resident:,} resident blocks"
     require(what, need, avail, hint="use fewer num_workers, a smaller prefetch_factor or batch_size"
             + (", or a smaller pool_blocks=" if order == "blocks" else "")
@@ -331,7 +286,7 @@ def agreed_blocks(name: str, per_block: int) -> int:
     return per_block if agreed is None else agreed
 
 
-def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,
+def make_sampler(source: BatchSource, order: str, batch_size: int, shuffle: bool, seed: int, drop_last: bool, rank: int,
                  world_size: int, tail: Tail, pool_blocks: int | None = None,
                  block_bytes: int | None = None) -> tuple[EpochBatches | BlockBatches, str]:
     """The loader's sampler for ``order`` ("auto", "uniform", "blocks"), and the order taken. Without
@@ -345,12 +300,12 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     if order == "uniform":
         n = len(source)
         check_uniform(source, n, avail)
-        if getattr(source, "keeps_full_index", True) is False:
-            source.full_index()
+        if not source.keeps_full_index:
+            cast(BlockOrderSource, source).full_index()
         return EpochBatches(n, batch_size, shuffle, seed, drop_last, rank, world_size, tail), order
-    seg_counts, seg_bytes = source.block_segments()
-    defaults = getattr(source, "block_defaults", None)
-    own_pool, max_block = defaults(batch_size) if callable(defaults) else (default_pool(batch_size), MAX_BLOCK_BYTES)
+    blocks = cast(BlockOrderSource, source)   # choose_order took "blocks": its block_order_ok said so
+    seg_counts, seg_bytes = blocks.block_segments()
+    own_pool, max_block = blocks.block_defaults(batch_size)
     pool = own_pool if pool_blocks is None else int(pool_blocks)
     resident = pool + max(1, pool // LIFETIME)   # blocks live at once, and the next round's entering ones
     if block_bytes is None:
@@ -366,7 +321,7 @@ def make_sampler(source: Any, order: str, batch_size: int, shuffle: bool, seed: 
     counts = group_segments(seg_counts, per_block)
     n_segments = seg_counts.shape[1]
     bpr = -(-n_segments // per_block) if n_segments else 0
-    residency = Residency(source, bpr, per_block, n_segments)
+    residency = Residency(blocks, bpr, per_block, n_segments)
     sampler = BlockBatches(counts, batch_size, shuffle, seed, drop_last, rank, world_size, tail, pool,
                            LIFETIME, residency)
     sampler.block_bytes = per_block * seg_bytes

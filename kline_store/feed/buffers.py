@@ -17,8 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-
-Layout = dict[str, tuple[tuple[int, ...], torch.dtype]]
+from .source import Layout  # noqa: F401  (BatchLayout, under the name the loader's modules use)
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:

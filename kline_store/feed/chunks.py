@@ -10,9 +10,9 @@ from collections.abc import Iterable, Iterator
 import numpy as np
 import torch
 
-from .background import track
+from ..system.background import track
 from .buffers import Layout
-from .placement import background_priority
+from ..system.cores import background_priority
 from .sampling import EpochBatches
 
 # Bytes gathered per host call (several batches): the fixed cost of a gather call (Python, index arithmetic, a

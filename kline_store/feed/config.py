@@ -31,7 +31,9 @@ from typing import Any
 
 from ..errors import InputError, KlineStoreError
 from ..store import safefs
-from .placement import host_available_bytes, usable_cores
+from ..system.cores import local_world_size, usable_cores
+from ..system.ranks import first_rank_decides  # noqa: F401  (its old home)
+from .placement import host_available_bytes
 
 TUNE_FILE = "tune.json"
 DEFAULT_PREFETCH = 2
@@ -42,33 +44,6 @@ MAX_TUNE_BYTES = 1 << 20          # a tuning file holds a few entries of a few n
 MAX_DEPTH = 8                     # of nested objects in it
 PREFETCH_BUDGET = 8               # prefetched chunks (about 8 MiB each) may take up to 1/8 of available memory
 CHUNK_ESTIMATE = 8 << 20
-
-
-def local_world_size() -> int:
-    """Ranks sharing this machine (torchrun sets LOCAL_WORLD_SIZE), 1 otherwise."""
-    try:
-        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-_ASKED: dict[str, int] = {}   # first_rank_decides calls per key in this process: the k-th agrees with the k-th
-
-
-def first_rank_decides(key: str, value: int) -> int | None:
-    """The value every rank of the default process group takes for the k-th question ``key`` asked in this
-    process: the first rank to ask decides (a compare-and-set in the group's key-value store, so a rank that asks
-    alone never waits). None outside torch.distributed, with one rank, or without a store (nothing to agree on)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        return None
-    try:
-        kv = dist.distributed_c10d._get_default_store()
-    except (AttributeError, RuntimeError):   # an older torch, or a group without a store: no agreement
-        return None
-    _ASKED[key] = _ASKED.get(key, 0) + 1
-    return int(kv.compare_set(f"{key}/{_ASKED[key]}", "", str(int(value))))
 
 
 def default_workers() -> int:

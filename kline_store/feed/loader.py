@@ -16,8 +16,7 @@ The order depends only on ``(seed, epoch, rank, world_size)``: workers, threads 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, MutableMapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,54 +25,21 @@ from ..errors import InputError
 from .agreement import agree_samples
 from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
-from .buffers import Layout
+from .source import BatchLayout as Layout, BatchSource
 from .chunks import CHUNK_BYTES, DEVICE_CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
-from .config import device_kind, first_rank_decides, resolve_config
+from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
 from .host import HostStage
-from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes, usable_cores
+from .options import DATALOADER_KEYWORDS, LoaderOptions
+from .placement import PLACEMENTS, choose_placement, device_free_bytes, host_available_bytes
 from .sampling import EpochBatches, Tail, padded
 from .states import check_state
+from ..system.cores import usable_cores
+from ..system.ranks import agreed_version  # noqa: F401  (its old home)
 
 Batch = dict[str, torch.Tensor]
 
-# DataLoader keywords accepted for familiarity (the classic recipe passes them as they are).
-_DATALOADER_KWARGS = ("prefetch_factor", "pin_memory", "persistent_workers", "collate_fn", "worker_init_fn",
-                      "multiprocessing_context", "timeout", "in_order", "pin_memory_device")
-
-
-class BatchSource(Protocol):
-    """What the loader needs from a dataset (KlineDataset, CrossSectionDataset)."""
-
-    path: Path
-
-    def __len__(self) -> int: ...
-
-    @property
-    def window(self) -> int: ...
-
-    @property
-    def batch_layout(self) -> Layout | None:
-        """Shape and dtype of one sample per key, when all samples have one shape (chunks, reusable buffers);
-        None when each batch has its own shape (padded cross-sections): then one batch per gather."""
-        ...
-
-    def gather_batch(self, indices: np.ndarray, out: Batch | None = None) -> Batch: ...
-
-    def resident(self, device: torch.device, pin: bool = False) -> Callable[[torch.Tensor], Batch]:
-        """Copy what samples read to ``device`` once; returns ``gather(positions) -> batch`` running there."""
-        ...
-
-    def resident_nbytes(self) -> int: ...
-
-
-def agreed_version(store: Any, version: int) -> int | None:
-    """The store version every rank of the default process group reads (:func:`first_rank_decides`); None
-    outside torch.distributed or with one rank (nothing to agree on yet)."""
-    m = store.manifest   # what stays the same across a store's versions, and tells stores apart on any node
-    first = (m.get("calendar") or [""])[0], (m.get("symbols") or [""])[0]
-    name = f"kline-store/version/{m.get('created_at', '')}/{Path(str(store.path)).name}/{first[0]}/{first[1]}"
-    return first_rank_decides(name, version)
+_DATALOADER_KWARGS = DATALOADER_KEYWORDS   # the old name
 
 
 def _sample_bytes(layout: Layout | None) -> int:
@@ -108,9 +74,10 @@ class KlineLoader:
         world_size: number of ranks (default: torch.distributed's, else 1).
         tail: uneven split over ranks: "pad" (repeat the first samples of the epoch's order so every rank gets
             ceil(n / world) samples; all samples covered; over several ranks every batch carries ``padded``, a bool
-            ``[B]`` tensor marking the repeated ones, for an evaluation that counts each sample once), "drop" (leave the last
-            n % world out this epoch) or "uneven" (each rank its own samples, none repeated or left out; ranks
-            differ by at most one batch: for evaluation, see the README's "Training data").
+            ``[B]`` tensor marking the repeated ones, for an evaluation that counts each sample once), "drop" (leave
+            the last n % world out this epoch) or "uneven" (each rank its own samples, none repeated or left out;
+            ranks differ by at most one batch: for evaluation, see docs/guide/training.md, "Distributed training
+            and evaluation").
         device: where batches are delivered: None/"cpu", "cuda", "cuda:1", a torch.device.
         placement: "auto" (on CUDA: the panel on the GPU when it fits, else pinned host memory, else the memmap;
             on the CPU: the memmap), or "device", "pinned", "memmap" to force one. "device" on the CPU is a private
@@ -146,39 +113,47 @@ class KlineLoader:
                  world_size: int | None = None, tail: Tail = "pad", device: Any = None,
                  placement: str = "auto", config: Any = None, backend: str | None = None, order: str = "auto",
                  pool_blocks: int | None = None, block_bytes: int | None = None,
-                 **dataloader_kwargs: Any) -> None:
-        unknown = sorted(set(dataloader_kwargs) - set(_DATALOADER_KWARGS))
-        if unknown:
-            hint = (" (the loader makes its own batches from batch_size, shuffle, seed and drop_last)"
-                    if set(unknown) & {"sampler", "batch_sampler", "generator"} else "")
-            raise InputError(f"loader(): unknown argument(s) {', '.join(unknown)}{hint}")
-        kw = dataloader_kwargs
-        if kw.get("in_order", True) is False:
+                 options: LoaderOptions | None = None, **dataloader_kwargs: Any) -> None:
+        given = LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+                                 num_workers=num_workers, rank=rank, world_size=world_size, tail=tail, device=device,
+                                 placement=placement, config=config, backend=backend, order=order,
+                                 pool_blocks=pool_blocks, block_bytes=block_bytes, **dataloader_kwargs)
+        if options is None:
+            options = given
+        elif given != LoaderOptions():
+            raise InputError("KlineLoader(options=...): give the options object or keywords, not both "
+                             "(options.replace(...) changes some of them)")
+        self.options = options
+        self._setup(source, options)
+
+    def _setup(self, source: BatchSource, opts: LoaderOptions) -> None:
+        if opts.in_order is False:
             raise InputError("loader(in_order=False): batches would arrive in worker timing order; the loader's "
                              "order must depend only on (seed, epoch, rank, world_size)")
-        rank, world_size = dist_rank_world(rank, world_size)
+        rank, world_size = dist_rank_world(opts.rank, opts.world_size)
         agree_samples(source, rank, world_size)   # before the order is made from its length
         self.source = source
-        self.batch_size = int(batch_size)
+        self.batch_size = int(opts.batch_size)
         self.batch_sampler: EpochBatches | BlockBatches
-        self.batch_sampler, self.order = make_sampler(source, order, self.batch_size, shuffle, seed, drop_last, rank,
-                                                      world_size, tail, pool_blocks, block_bytes)
-        self._sampler_args = (shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, block_bytes)
+        self.batch_sampler, self.order = make_sampler(source, opts.order, self.batch_size, opts.shuffle, opts.seed,
+                                                      opts.drop_last, rank, world_size, opts.tail, opts.pool_blocks,
+                                                      opts.block_bytes)
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
+        device, placement, num_workers, backend = opts.device, opts.placement, opts.num_workers, opts.backend
         self.device = self._check_device(device)
         cuda = self.device.type == "cuda"
-        cfg, self.config_source = resolve_config(config, source.path, source.window, self.batch_size, self.device)
-        explicit = {"backend": backend, "num_workers": num_workers, "prefetch": kw.get("prefetch_factor"),
-                    "pin_memory": kw.get("pin_memory")}
+        cfg, self.config_source = resolve_config(opts.config, source.path, source.window, self.batch_size, self.device)
+        explicit = {"backend": backend, "num_workers": num_workers, "prefetch": opts.prefetch_factor,
+                    "pin_memory": opts.pin_memory}
         cfg.update({k: v for k, v in explicit.items() if v is not None})
         if any(v is not None for v in explicit.values()):
             cfg, _ = resolve_config(cfg, source.path, source.window, self.batch_size, self.device)
         self.config = cfg
-        self.collate_fn = kw.get("collate_fn")
-        self._worker_options = {k: kw[k] for k in ("worker_init_fn", "multiprocessing_context", "timeout")
-                                if kw.get(k) is not None}
-        self._persistent = kw.get("persistent_workers")
+        self.collate_fn = opts.collate_fn
+        self._worker_options = {k: v for k, v in opts.dataloader_keywords().items()
+                                if k in ("worker_init_fn", "multiprocessing_context", "timeout")}
+        self._persistent = opts.persistent_workers
         self.layout = source.batch_layout
         per_chunk = self._batches_per_chunk() if self.layout is not None else 1
         check_loader_memory(self.order, self.batch_sampler, per_chunk * self.batch_size * _sample_bytes(self.layout),
@@ -308,7 +283,7 @@ class KlineLoader:
     def close(self) -> None:
         """Stop worker processes and the on-demand gather thread (prefetch threads end with each pass)."""
         self._host.close()
-        residency = getattr(self.batch_sampler, "residency", None)
+        residency = self.batch_sampler.residency
         if residency is not None:
             residency.close()
 
@@ -357,7 +332,7 @@ class KlineLoader:
         """``{"epoch", "seed", "position", ..., "version"}``: plain values, safe to save with a checkpoint (the
         store version the order was made on, when the source has one)."""
         state = self.batch_sampler.state_dict()
-        version = getattr(self.source, "version", None)
+        version = self.source.version
         return {**state, "version": int(version)} if version is not None else state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -365,23 +340,22 @@ class KlineLoader:
         A state taken on another store version is refused in one line (its order indexes other samples). In the
         block order, blocks sized from the available memory (no ``block_bytes=``) take the saved run's size."""
         state = check_state(state)
-        version = getattr(self.source, "version", None)
+        version = self.source.version
         if state.get("version") is not None and version is not None and state["version"] != version:
             raise InputError(f"loader state was taken on store version {state['version']!r}; this dataset reads "
                              f"version {version}: open the dataset with version={state['version']!r} to resume")
         size = state.get("block_bytes") if state.get("order") == "blocks" else None
-        if self.order == "blocks" and size and self._sampler_args[-1] is None \
-                and size != getattr(self.batch_sampler, "block_bytes", size):
+        if self.order == "blocks" and size and self.options.block_bytes is None \
+                and size != self.batch_sampler.block_bytes:
             self._resample(int(size))
         self.batch_sampler.load_state_dict(state)
 
     def _resample(self, block_bytes: int) -> None:
         """The block order again with blocks of ``block_bytes`` (those of the run a state was saved in)."""
-        shuffle, seed, drop_last, rank, world_size, tail, pool_blocks, _ = self._sampler_args
-        old = self.batch_sampler
-        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, shuffle, seed, drop_last, rank,
-                                             world_size, tail, pool_blocks, block_bytes)
-        if getattr(old, "residency", None) is not None:
+        o, old = self.options, self.batch_sampler
+        self.batch_sampler, _ = make_sampler(self.source, "blocks", self.batch_size, o.shuffle, o.seed, o.drop_last,
+                                             old.rank, old.world_size, o.tail, o.pool_blocks, block_bytes)
+        if old.residency is not None:
             old.residency.close()
         self._orders = OrderAhead(self.batch_sampler)
         self._orders.start(self.batch_sampler.epoch)
@@ -403,4 +377,4 @@ def describe_config(loader: KlineLoader) -> str:
             f"pinned {c['pin_memory'] and device_kind(loader.device) == 'cuda'}")
 
 
-__all__ = ["CHUNK_BYTES", "BatchSource", "KlineLoader", "chunk_plan", "describe_config", "dist_rank_world"]
+__all__ = ["CHUNK_BYTES", "BatchSource", "KlineLoader", "LoaderOptions", "chunk_plan", "describe_config", "dist_rank_world"]

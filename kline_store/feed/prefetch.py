@@ -15,7 +15,7 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from .background import stop_before_exit, track
+from ..system.background import stop_before_exit, track
 from ..errors import InputError
 
 T = TypeVar("T")

@@ -28,15 +28,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..system.indexes import index_dtype
 
 TAILS = ("pad", "drop", "uneven")
 Tail = Literal["pad", "drop", "uneven"]
-
-
-def index_dtype(n: int) -> np.dtype:
-    """The narrowest of int32 / int64 that holds ``0..n-1``: index arrays of millions of windows are a
-    memory cost per process (and per rank), so they take 4 bytes an entry where that suffices."""
-    return np.dtype(np.int32) if n <= np.iinfo(np.int32).max else np.dtype(np.int64)
 
 
 def permutation(n: int, seed: int, epoch: int) -> np.ndarray:
@@ -139,49 +134,30 @@ def check_args(n: int, batch_size: int, rank: int, world: int, tail: str) -> Non
         raise InputError(f"n={n}: must be >= 0")
 
 
-class EpochBatches:
-    """The index batches of one rank, epoch after epoch, with a resumable position.
+class ResumableOrder:
+    """What the orders of one rank share (:class:`EpochBatches`, the uniform order; ``BlockBatches``, the block
+    order): the order's shape (samples, batch size, shuffle, seed, drop_last, rank, world size, tail), the position
+    (epoch and samples delivered in it), and their state: ``state_dict`` and a checked ``load_state_dict``. The
+    loader adds the store version to the state.
 
-    A small stateful wrapper around the pure functions above: it caches the current epoch's shard and counts
-    samples *delivered* (the loader advances it as batches reach the user, not as workers prefetch them).
-    Iterating yields the remaining batches of the current epoch without advancing; see :meth:`advance`.
-
-    Args:
-        n: number of samples (valid windows, or days for cross-sections).
-        batch_size: samples per batch.
-        shuffle: shuffle each epoch (else the natural order).
-        seed: base seed of the permutation.
-        drop_last: drop this rank's last, incomplete batch.
-        rank: this process's rank.
-        world_size: number of ranks.
-        tail: how an uneven split over ranks is handled ("pad", "drop" or "uneven").
+    The position counts samples *delivered* (the loader advances it as batches reach the user, not as workers
+    prefetch them).
     """
+
+    order = "uniform"
+    resume_keys: tuple[str, ...] = ("n", "seed", "shuffle", "rank", "world_size", "tail")
+    residency: Any = None        # the block order's read-ahead (None: nothing to read ahead or release)
+    block_bytes = 0              # bytes per block, when the loader sized them (the block order's state records it)
 
     def __init__(self, n: int, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
                  rank: int = 0, world_size: int = 1, tail: Tail = "pad") -> None:
         check_args(n, batch_size, rank, world_size, tail)
-        self.n, self.batch_size, self.shuffle, self.seed = n, batch_size, shuffle, seed
+        self.n, self.batch_size, self.shuffle, self.seed = n, int(batch_size), shuffle, seed
         self.drop_last, self.rank, self.world_size, self.tail = drop_last, rank, world_size, tail
         self.epoch = 0
         self.position = 0
-        self._cache: tuple[int, np.ndarray] | None = None
         k = shard_size(n, world_size, tail, rank)
-        self._per_epoch = (k // batch_size) * batch_size if drop_last else k
-
-    # order -------------------------------------------------------------
-    def indices(self) -> np.ndarray:
-        """This rank's samples of the current epoch (cached)."""
-        if self._cache is None or self._cache[0] != self.epoch:
-            self._cache = (self.epoch, self.indices_for(self.epoch))
-        return self._cache[1]
-
-    def indices_for(self, epoch: int) -> np.ndarray:
-        """This rank's samples of any epoch (computed, not cached: a loader may compute the next one ahead)."""
-        return rank_indices(self.n, self.seed, epoch, self.rank, self.world_size, self.shuffle, self.tail)
-
-    def provide(self, epoch: int, indices: np.ndarray) -> None:
-        """Install an epoch's order computed ahead by :meth:`indices_for` (used once that epoch is current)."""
-        self._cache = (int(epoch), indices)
+        self._per_epoch = (k // self.batch_size) * self.batch_size if drop_last else k
 
     def samples_per_epoch(self) -> int:
         """Samples this rank delivers per epoch (after drop_last)."""
@@ -190,10 +166,6 @@ class EpochBatches:
     def __len__(self) -> int:
         """Batches per full epoch on this rank."""
         return n_batches(shard_size(self.n, self.world_size, self.tail, self.rank), self.batch_size, self.drop_last)
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        """The remaining batches of the current epoch, from ``position``; does not advance ``position``."""
-        return batches(self.indices(), self.batch_size, self.drop_last, self.position)
 
     def remaining(self) -> int:
         """Batches left in the current epoch."""
@@ -221,6 +193,17 @@ class EpochBatches:
                 "shuffle": self.shuffle, "rank": self.rank, "world_size": self.world_size, "tail": self.tail,
                 "batch_size": self.batch_size, "drop_last": self.drop_last}
 
+    def _other_order(self, state: dict[str, Any]) -> str | None:
+        """The error line when ``state`` is of another order, else None."""
+        theirs = state.get("order", "uniform")
+        if theirs == self.order:
+            return None
+        return (f"loader state is of order={theirs!r}; this loader has order={self.order!r}: it would resume a "
+                f"different order; create the loader with order={theirs!r}")
+
+    def _differs(self, key: str, value: Any) -> bool:
+        return value != getattr(self, key)
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume from :meth:`state_dict`; InputError when it describes a different order.
 
@@ -228,6 +211,9 @@ class EpochBatches:
         """
         if not isinstance(state, dict):
             raise InputError(f"loader state is a {type(state).__name__}; expected a dict from state_dict()")
+        other = self._other_order(state)
+        if other:
+            raise InputError(other)
         missing = [k for k in ("epoch", "position") if k not in state]
         if missing:
             raise InputError(f"loader state lacks {', '.join(missing)}; expected a dict from state_dict()")
@@ -237,11 +223,8 @@ class EpochBatches:
                 isinstance(v, (float, np.floating)) and np.isfinite(v) and v == int(v)
             if not whole or v < 0 or v > 1 << 62:
                 raise InputError(f"loader state has {key}={v!r}; expected a whole number >= 0 from state_dict()")
-        if state.get("order", "uniform") != "uniform":
-            raise InputError(f"loader state is of order={state['order']!r}; this loader has order='uniform': it "
-                             f"would resume a different order; create the loader with order={state['order']!r}")
-        for key in ("n", "seed", "shuffle", "rank", "world_size", "tail"):
-            if key in state and state[key] != getattr(self, key):
+        for key in self.resume_keys:
+            if key in state and self._differs(key, state[key]):
                 raise InputError(f"loader state has {key}={state[key]!r} but this loader has "
                                  f"{key}={getattr(self, key)!r}: it would resume a different order; create the "
                                  f"loader with the same dataset and arguments")
@@ -250,3 +233,46 @@ class EpochBatches:
             raise InputError(f"loader state position={position} is outside the epoch")
         self.epoch = int(state["epoch"])
         self.position = position
+
+
+class EpochBatches(ResumableOrder):
+    """The index batches of one rank in the uniform order, epoch after epoch, with a resumable position.
+
+    A small stateful wrapper around the pure functions above: it caches the current epoch's shard (its position
+    and state: :class:`ResumableOrder`). Iterating yields the remaining batches of the current epoch without
+    advancing; see :meth:`advance`.
+
+    Args:
+        n: number of samples (valid windows, or days for cross-sections).
+        batch_size: samples per batch.
+        shuffle: shuffle each epoch (else the natural order).
+        seed: base seed of the permutation.
+        drop_last: drop this rank's last, incomplete batch.
+        rank: this process's rank.
+        world_size: number of ranks.
+        tail: how an uneven split over ranks is handled ("pad", "drop" or "uneven").
+    """
+
+    def __init__(self, n: int, batch_size: int, shuffle: bool = True, seed: int = 0, drop_last: bool = False,
+                 rank: int = 0, world_size: int = 1, tail: Tail = "pad") -> None:
+        super().__init__(n, batch_size, shuffle, seed, drop_last, rank, world_size, tail)
+        self._cache: tuple[int, np.ndarray] | None = None
+
+    # order -------------------------------------------------------------
+    def indices(self) -> np.ndarray:
+        """This rank's samples of the current epoch (cached)."""
+        if self._cache is None or self._cache[0] != self.epoch:
+            self._cache = (self.epoch, self.indices_for(self.epoch))
+        return self._cache[1]
+
+    def indices_for(self, epoch: int) -> np.ndarray:
+        """This rank's samples of any epoch (computed, not cached: a loader may compute the next one ahead)."""
+        return rank_indices(self.n, self.seed, epoch, self.rank, self.world_size, self.shuffle, self.tail)
+
+    def provide(self, epoch: int, indices: np.ndarray) -> None:
+        """Install an epoch's order computed ahead by :meth:`indices_for` (used once that epoch is current)."""
+        self._cache = (int(epoch), indices)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        """The remaining batches of the current epoch, from ``position``; does not advance ``position``."""
+        return batches(self.indices(), self.batch_size, self.drop_last, self.position)

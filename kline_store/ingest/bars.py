@@ -10,16 +10,17 @@ import copy
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, exchanges as XC, runs
+from . import adjust, columns as C, dates as D, exchanges as XC, runs
 from ..store import sessions as SE, timeaxis as TA
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
+from .options import ReadOptions
 from .. import memory
 from ..progress import Progress
 from .readers import CHUNK_BYTES, WHOLE_FILE, Reread, Source, inspect_source, iter_chunks, without
@@ -131,24 +132,24 @@ def input_fields(sources: list[Source]) -> list[str]:
     return adjust.store_fields([d for s in sources for d in s.fields]) if sources else []
 
 
-def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] | None = None,
-              strict: bool = False, quiet: bool = True, spill: Path | None = None,
-              symbol_pattern: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-              exclude: Sequence[str] = ()) -> Bars:
+def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = None, *, quiet: bool = True,
+              spill: Path | None = None) -> Bars:
     """Read, normalise and validate every input; raise InputError on the first hard error.
 
     Args:
+        read: the read options, whole (options.py): ``user_map``, ``strict``, ``symbol_pattern``, ``na`` (cell
+            values that mean "missing" besides the usual ones), ``skip_bad`` (a file that is not bars: ticks,
+            quotes, no date or close, unreadable, or whose first piece fails, is left out and listed in
+            ``Bars.skipped`` instead of stopping the read), ``exclude`` (glob patterns of files to leave out).
         spill: where to spill the bars when they are big (see :func:`spills`); None keeps them in memory.
-        na: cell values that mean "missing" besides the usual ones (``--na``).
-        skip_bad: a file that is not bars (ticks, quotes, no date or close, unreadable) is left out and listed in
-            ``Bars.skipped`` instead of stopping the read (``--skip-bad``); so is one whose first piece fails.
-        exclude: glob patterns of files to leave out (``--exclude``).
     """
-    files = expand_inputs(list(inputs), exclude)
+    read = read or ReadOptions()
+    user_map, strict, skip_bad = dict(read.user_map), read.strict, read.skip_bad
+    files = expand_inputs(list(inputs), read.exclude)
     sources, skipped = [], []
     for f in files:   # all headers before any row
         try:
-            sources.append(inspect_source(f, user_map, symbol_pattern, tuple(na)))
+            sources.append(inspect_source(f, user_map, read.symbol_pattern, read.na, read=read))
         except InputError as exc:
             if not skip_bad:
                 raise
@@ -164,7 +165,9 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
     expect = sum(expected_rows(s) for s in sources)
     if spill is not None and not spills(files, expect, len(fields)):
         spill = None
-    sink = Sink(fields, spill, 0 if spill else expect)
+    sink = Sink(fields, spill, 0 if spill else expect, read.round_stamps)
+    for s in sources:
+        s.skip_bad = skip_bad
     problems: list[Problem] = []
     n_empty = 0
     prog = Progress(sum(_size(f) for f in files), "reading", enabled=None if not quiet else False, unit="B",
@@ -183,10 +186,23 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                     sink.rollback(before[0])
                     n_empty, problems = before[1], before[2]
                     sources[i] = again.source
+                    sources[i].empty_times = []
+                except InputError as exc:   # --skip-bad: a file that is not bars, whatever shows it, goes whole
+                    if not skip_bad:
+                        raise
+                    sink.rollback(before[0])
+                    n_empty, problems = before[1], before[2]
+                    if i not in failed:
+                        skipped.append((shown(files[i]), _reason(exc, files[i])))
+                        failed.add(i)
+                    rows = 0
+                    break
             rows_per_file.append(rows)
     finally:
         prog.close()
         sink.close()
+    if sink.n == 0 and skipped:
+        raise InputError(f"no input file holds bars; skipped {len(skipped)}: {skipped[0][0]}: {skipped[0][1]}")
     if sink.n == 0:
         raise InputError(f"{files[0] if len(files) == 1 else 'inputs'}: no bar with a price")
     if strict and problems:
@@ -200,6 +216,11 @@ def read_bars(inputs: Sequence[str | os.PathLike], *, user_map: dict[str, str] |
                 problems, n_empty, dropped, sink.intraday)
     bars.skipped = skipped
     bars.stamps = sink.distinct()
+    bars.notes = [n for i, s in enumerate(sources) if i not in failed for n in s.notes]   # lines skipped, close-only
+    gone = [(s, s.empty_times) for i, s in enumerate(sources) if s.empty_times and i not in failed]
+    if gone:
+        bars.notes.append(f"left out {sum(len(e) for _, e in gone)} row(s) whose time of day is empty (--skip-bad), "
+                          f"first {gone[0][0].where(gone[0][1][0])}")
     return bars
 
 
@@ -216,11 +237,17 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
     prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
     share = _Share(prog, src.path)
     flags = {"_quality": quality_flags(src.fields, prices)}   # computed by polars as it reads the file
+    moved = _moved_expr(src)
+    if moved is not None:
+        flags["_moved"] = moved
+        flags["_wall"] = pl.col("_date_raw").dt.replace_time_zone(None)   # the stamp as written, for the note
     for df in _chunks_or_skip(src, skip_bad, skipped, failed, i, share, flags):
         rows += df.height
         q = df["_quality"].to_numpy()
         seen = int(np.bitwise_or.reduce(q)) if len(q) else 0
         df = without(df, "_quality")
+        if moved is not None:
+            df = _note_moved(df, src)
         if seen & 1:        # no price at all: no bar
             empty = (q & 1) != 0
             n_empty += int(empty.sum())
@@ -232,6 +259,28 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
         prog.step(0, note=f"{src.path.name}: {rows:,} rows")
     share.finish()
     return rows, n_empty, problems
+
+
+def _moved_expr(src: Source) -> pl.Expr | None:
+    """A zone-aware Parquet (or DataFrame) date column converted to the exchange's clock: whether a row's date
+    moved (its own wall clock's date against the converted one), computed as polars reads the file."""
+    dt = src.schema.get(src.date_column) if src.schema else None
+    if D.ZONE.get() is None or src.date_format is not None or not isinstance(dt, pl.Datetime) or not dt.time_zone:
+        return None
+    return pl.col("_date_raw").dt.replace_time_zone(None).dt.date() != pl.col("_date_fast").dt.date()
+
+
+def _note_moved(df: pl.DataFrame, src: Source) -> pl.DataFrame:
+    """Record the rows of a chunk whose date the conversion moved (dates.moved_note reports them)."""
+    mv = df["_moved"].fill_null(False)
+    acc = D.MOVED.get()
+    if acc is not None and mv.any():
+        j = int(mv.arg_max())
+        zone = src.schema[src.date_column].time_zone   # type: ignore[union-attr]
+        acc[(str(src.path), int(df["_row"][0]))] = (int(mv.sum()), f"{df['_wall'][j]} {zone}",
+                                                     f"{shown(src.path)} {location(src.path, df['_row'][j])}",
+                                                     str(df["date"][j]))
+    return without(df, "_moved", "_wall")
 
 
 def _reason(exc: InputError, path: Path) -> str:
@@ -362,13 +411,14 @@ class Axis:
 
 
 def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None, stamp: str | None = None,
-                timezone: str | None = None) -> Axis:
+                timezone: str | None = None, assume_weekdays: bool = False, settled: str | None = None) -> Axis:
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
-    day (then the most common gap between a symbol's bars of a day)."""
-    f = TA.parse_freq(freq) if freq is not None else None
+    day (then the most common gap between a symbol's bars of a day). ``settled``: the size grid.settle found
+    and checked (no detection or finer check again)."""
+    f = settled or (TA.parse_freq(freq) if freq is not None else None)
     if f is None:
         f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else TA.DAILY
-    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq else None
+    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
@@ -378,22 +428,37 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
     if sessions is not None and XC.is_code(sessions):
-        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp),
+        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp,
+                                   where_day(bars, "m"), assume_weekdays),
                     exchange=str(sessions).upper(), timezone=timezone)
     return Axis(f, SE.load(sessions, stamp) if sessions is not None else None, timezone=timezone)
 
 
-def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None) -> np.ndarray:
+def where_day(bars: Bars, unit: str) -> Callable[[int], str]:
+    """``where(day)``: the file and line of a bar on (or nearest to) ``day``, for a one-line message."""
+    def where(day: int) -> str:
+        keys = bars.keys(unit)
+        days = keys if unit == "D" else keys // TA.MINUTES_PER_DAY
+        return bars.where(int(np.argmin(np.abs(days - int(day))))) if len(days) else "inputs"
+    return where
+
+
+def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLike | None = None,
+                   where: Callable[[int], str] | None = None, assume_weekdays: bool = False) -> np.ndarray:
     """A new store's calendar (sorted keys): the union of the bars' keys, a calendar file's dates (daily), or
-    every session bar of every trading date up to the last bar (intraday with a template)."""
+    every session bar of every trading date up to the last bar (intraday with a template).
+
+    ``where(day)`` names the bar of a day in a message about the exchange's calendar; ``assume_weekdays`` takes
+    the exchange's weekdays after the last day the installed exchange_calendars covers (see exchanges.py)."""
     if calendar_file is not None:
         if axis.freq != TA.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
         if XC.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
-            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()))
+            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()), where, assume_weekdays)
         return read_calendar(calendar_file).astype(np.int64)
     if axis.exchange is not None and axis.sessions is not None:
-        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp)
+        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp, where,
+                                    axis.sessions if assume_weekdays else None)
     if axis.sessions is not None:
         return SE.calendar(keys, axis.sessions, axis.freq)
     return TA.unique_keys(keys)

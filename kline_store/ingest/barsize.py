@@ -22,7 +22,7 @@ import numpy as np
 
 from . import runs
 from ..errors import InputError
-from ..store import timeaxis as TA
+from ..store import identity, timeaxis as TA
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
 
@@ -59,18 +59,25 @@ def classify(median_gap_days: float) -> str:
 CLIP = 91
 
 
+# gap in days -> class: up to 4 a daily bar's, 5 to 10 a week's, 11 to 45 a month's, beyond irregular (daily)
+CLASSES = np.digitize(np.arange(CLIP + 1), [5, 11, 46])
+CLASS_KIND = (DAY, WEEK, MONTH, DAY)
+
+
 def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int = 1, per_day: int = 1,
-            counts: tuple[int, int] | None = None) -> dict[int, str]:
+            counts: tuple[int, int] | None = None, per_symbol: list | None = None) -> dict[int, str]:
     """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
     index -> "1d"/"1w"/"1mo"). ``days``: each bar's day, or its stamp in ``1 / per_day`` days (minutes with
-    1440). Grouped bars are read a chunk at a time (runs.py); others are sorted."""
+    1440). Grouped bars are read a chunk at a time (runs.py); others are sorted. ``per_symbol``: a list that
+    receives each symbol's gaps by class (runs.SymbolGaps; grouped bars only)."""
     n = len(days)
     if n < 2:
         return {}
     n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
     try:
         hist, week, month = runs.day_gaps(runs.column(days, per_day), runs.column(sym), runs.column(file), n,
-                                          n_sym, n_files, CLIP)
+                                          n_sym, n_files, CLIP, CLASSES if per_symbol is not None else None,
+                                          per_symbol)
     except runs.NotGrouped:
         return _by_file_sorted(np.asarray(days, dtype=np.int64) // per_day, sym, file, min_gaps)
     out: dict[int, str] = {}
@@ -115,9 +122,41 @@ def _by_file_sorted(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gap
 def detect(bars, stated: str | None) -> str:
     """The bar size of daily-axis bars (a Bars of bars.py): one size for every file; InputError naming two files
     of different sizes, or a stated size the dates contradict."""
+    return settle(bars, stated, False)[1]
+
+
+def symbol_kinds(gaps: runs.SymbolGaps, min_gaps: int = 3) -> dict[int, str]:
+    """Each symbol's size (daily, weekly, monthly) from its gaps by class: the class of its median gap (the lower
+    middle one), weekly or monthly only without two bars in one week or month; symbols of fewer gaps: none."""
+    total = gaps.counts.sum(axis=1)
+    judged = np.flatnonzero(total >= min_gaps)
+    if not len(judged):
+        return {}
+    cum = np.cumsum(gaps.counts[judged], axis=1)
+    cls = (cum <= ((total[judged] - 1) // 2)[:, None]).sum(axis=1)
+    out = {}
+    for s, c in zip(judged.tolist(), cls.tolist()):
+        kind = CLASS_KIND[c]
+        if (kind == WEEK and gaps.week[s]) or (kind == MONTH and gaps.month[s]):
+            kind = DAY
+        out[s] = kind
+    return out
+
+
+def settle(bars, stated: str | None, skip_bad: bool):
+    """:func:`detect` per file and per symbol; with ``skip_bad`` the size most files (then symbols) have is kept
+    and the others left out and listed (grid.drop). Returns (the bars kept, their size)."""
+    from .grid import drop      # one layer below: the same leaving out as the intraday sizes
+
+    per: list = []
     sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY,
-                    counts=(len(bars.names), len(bars.files)))
+                    counts=(len(bars.names), len(bars.files)), per_symbol=per)
     kinds = sorted(set(sizes.values()), key=[DAY, WEEK, MONTH].index)
+    if len(kinds) > 1 and skip_bad:
+        keep = max(kinds, key=lambda k: sum(1 for v in sizes.values() if v == k))
+        bars = drop(bars, {f: f"holds {NAMES[k]} bars ({k}); the store takes the {NAMES[keep]} bars ({keep}) most "
+                              f"files hold" for f, k in sizes.items() if k != keep}, [])
+        sizes, kinds, per = {f: k for f, k in sizes.items() if k == keep}, [keep], []
     if len(kinds) > 1:
         a = next(i for i, k in sizes.items() if k == kinds[0])
         b = next(i for i, k in sizes.items() if k == kinds[1])
@@ -125,11 +164,32 @@ def detect(bars, stated: str | None) -> str:
                          f"{NAMES[kinds[1]]} bars ({kinds[1]}): a store has one bar size; ingest them into separate "
                          f"stores (or `kline-store resample STORE --freq {kinds[1]}` the finer one)")
     found = kinds[0] if kinds else None
+    by_sym = symbol_kinds(per[0]) if per and len(bars.names) > 1 else {}
+    if found is not None and len(set(by_sym.values())) > 1:   # a long file of daily and weekly symbols
+        other = {s: k for s, k in by_sym.items() if k != found}
+        same = next((s for s, k in by_sym.items() if k == found), None)
+        if not skip_bad and same is not None:
+            a, b = same, next(iter(other))
+            raise InputError(f"{_file_of(bars, b)}: symbol {bars.names[b]} holds {NAMES[other[b]]} bars ({other[b]}) "
+                             f"and symbol {bars.names[a]} {NAMES[found]} bars ({found}): a store has one bar size; "
+                             f"ingest them into separate stores")
+        if same is not None:
+            shown_names = [f"{bars.names[s]} ({k})" for s, k in other.items()]
+            bars = drop(bars, {}, [(f, s) for s in other for f in range(len(bars.files))])
+            bars.skipped.append(("symbols", f"{len(other)} symbol(s) of another bar size than the {NAMES[found]} "
+                                            f"bars ({found}) left out: {', '.join(shown_names[:5])}"
+                                            f"{' ...' if len(other) > 5 else ''}"))
     if stated is not None and found is not None and found != stated:
         f = bars.files[next(iter(sizes))]
         raise InputError(f"--freq {stated}: the dates of {f} are {NAMES[found]} bars ({found}); leave --freq out, "
                          f"or resample a daily store")
-    return stated or found or DAY
+    return bars, stated or found or DAY
+
+
+def _file_of(bars, s: int) -> str:
+    """The file of a symbol's first bar (for a message)."""
+    i = int(np.flatnonzero(np.asarray(bars.sym) == s)[0])
+    return str(bars.files[int(bars.file[i])])
 
 
 def check_append(manifest: dict, bars, store: Path) -> None:
@@ -206,7 +266,7 @@ def resample_days(store: str | os.PathLike | Store, out: str | os.PathLike, bar:
     extra = {"bar": bar, "calendar_source": f"resampled from {st.path} ({have})",
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, st.dates[ends], fields, extra=extra, wait=wait,
-                 sources=[{"path": str(st.path), "freq": have, "version": st.version}])
+                 sources=[{**identity.summary(st), "freq": have}])
     return Resampled(out, have, bar, st.n_symbols, st.n_dates, len(starts))
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 WINDOW = 64            # the window length the cost is reported for (the datasets' default)
 MINORITY = 0.5         # a date traded by fewer than this share of the symbols listed on it is "foreign"
+# (and so is a date traded by one of two listed symbols: a US stock beside a European index)
 
 
 def _valid_windows(present: np.ndarray, window: int, rows: int = 512) -> np.ndarray:
@@ -44,7 +45,9 @@ def foreign_dates(present: np.ndarray, first: np.ndarray, last: np.ndarray, date
     listed = (idx[None, :] >= first[:, None]) & (idx[None, :] <= last[:, None]) & (first[:, None] >= 0)
     n_listed = listed.sum(axis=0)
     n_trading = present.sum(axis=0)
-    foreign = (n_listed >= 2) & (n_trading < MINORITY * n_listed)
+    strict = (n_listed >= 2) & (n_trading < MINORITY * n_listed)
+    pair = (n_listed == 2) & (n_trading == 1)     # one of two symbols: a date of one market only
+    foreign = strict | pair
     if not foreign.any():
         return None
     with_all = _valid_windows(present, window)
@@ -58,6 +61,9 @@ def foreign_dates(present: np.ndarray, first: np.ndarray, last: np.ndarray, date
     cost = (f"with window={window}: {int(lost.sum()):,} of {int(without.sum()):,} windows lost"
             + (f", {symbols[worst]} {int(lost[worst]):,} of {int(without[worst]):,} "
                f"({lost[worst] / max(1, without[worst]):.1%})" if lost[worst] else ""))
-    return (f"calendar: {len(k)} date(s) traded by fewer than half of the symbols listed then ({shown}) are NaN "
+    who = ("fewer than half of the symbols listed then" if not (pair & ~strict).any() else
+           "one of the two symbols listed then" if not (strict & ~pair).any() else
+           "fewer than half (or one of two) of the symbols listed then")
+    return (f"calendar: {len(k)} date(s) traded by {who} ({shown}) are NaN "
             f"days for {int(affected.sum())} symbol(s); {cost}; use days='symbol' in the dataset (windows over "
             f"each symbol's own bars) or ingest with --calendar FILE|EXCHANGE")

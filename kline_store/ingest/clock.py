@@ -15,7 +15,7 @@ import polars as pl
 from . import columns as C
 from ..errors import InputError
 
-_CLOCK = r"^(\d{1,2}):(\d{2})(?::(\d{2})(?:\.\d+)?)?$"
+_CLOCK = r"^(\d{1,2}):(\d{2})(?::(\d{2})(\.\d+)?)?$"
 _DIGITS = r"^\d{1,6}$"
 EXPECTED = "expected HH:MM[:SS] or HHMMSS"
 
@@ -55,12 +55,27 @@ def clock_text(raw: pl.Series, path: Path, column: str, line: Callable[[int], st
     ss = pl.select(pl.when(digits).then(padded.str.slice(4, 2) if width == 6 else pl.lit("00"))
                    .otherwise(text.str.extract(_CLOCK, 3).fill_null("00"))).to_series()
     h, m, s = (x.cast(pl.Int64, strict=False) for x in (hh, mm, ss))
-    bad = text.is_not_null() & (h.is_null() | m.is_null() | s.is_null() | (h > 23) | (m > 59) | (s > 59)).fill_null(True)
+    short = digits & (text.str.len_chars() < width - 1)   # "9" or "31": part of a time, not HMM or HHMM
+    bad = text.is_not_null() & (h.is_null() | m.is_null() | s.is_null() | (h > 23) | (m > 59) | (s > 59)
+                                | short).fill_null(True)
     if bad.any():
         i = int(bad.arg_max())
         raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {C.short(raw[i])} ({EXPECTED})")
+    # a fraction of a second is kept: the stamp then has seconds, refused or rounded (--round-stamps) as any
+    frac = pl.select(pl.when(digits).then(pl.lit("")).otherwise(text.str.extract(_CLOCK, 4).fill_null(""))).to_series()
     return pl.select(pl.when(text.is_null()).then(None)
-                     .otherwise(pl.concat_str([hh.str.zfill(2), mm, ss.str.zfill(2)], separator=":"))).to_series()
+                     .otherwise(pl.concat_str([pl.concat_str([hh.str.zfill(2), mm, ss.str.zfill(2)], separator=":"),
+                                               frac]))).to_series()
+
+
+def empty_times(date_raw: pl.Series, time_raw: pl.Series) -> pl.Series | None:
+    """Rows whose time cell is empty (or a missing-value marker) while their date is there, in a piece where other
+    rows have a time of day; None when there is none (a daily file's empty Time column stays daily)."""
+    text = time_raw.cast(pl.String).str.strip_chars()
+    missing = (text.is_null() | text.is_in(C.NULL_VALUES) | (text == "")).fill_null(True)
+    if not missing.any() or missing.all():
+        return None
+    return missing & date_raw.is_not_null()
 
 
 def join_stamp(date_raw: pl.Series, time_raw: pl.Series, path: Path, column: str,

@@ -12,6 +12,8 @@ a typo, and a calendar stretched to it would reserve room for centuries of days.
 
 from __future__ import annotations
 
+import re
+
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
@@ -32,6 +34,8 @@ _STAMP = (r"^(?<date>.+?)[\sT](?<clock>\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)\s*(?<
           r"\s*(?<zone>[Zz]|UTC|GMT|[+-]\d{2}(?::?\d{2})?)?$")
 # Stamps with a UTC offset are converted to this zone's clock (ingest --timezone, the store's timezone)
 ZONE: ContextVar[str | None] = ContextVar("kline_store_exchange_zone", default=None)
+# Within exchange_zone: stamps whose date the conversion changed, per piece of a file (read again: replaced)
+MOVED: ContextVar[dict | None] = ContextVar("kline_store_moved_dates", default=None)
 
 Line = Callable[[int], str]   # index of a value in the column -> "line N" (see inputs.location)
 
@@ -59,6 +63,15 @@ def parse_dates(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Serie
     return out.alias("date")
 
 
+def with_format(text: pl.Expr, fmt: str) -> pl.Expr:
+    """Stamps read from text with a strftime format as polars (chrono) takes it (``%.f`` fractions, ``%I``/``%p``
+    12-hour clocks, ``%b`` month names); null where a cell does not match. An hour without minutes
+    (``2019-10-17 09-AM``: polars wants both) gets a zero minute added to the cell and the format."""
+    if re.search(r"%[HIkl]", fmt) and not re.search(r"%[MRTX]", fmt):
+        text, fmt = text + "\x1f00", fmt + "\x1f%M"
+    return text.str.strptime(TIME, fmt, strict=False)
+
+
 def parse_days(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
     """A column of dates (a calendar file): the date part of :func:`parse_dates`."""
     return parse_dates(raw, path, column, line).dt.date()
@@ -71,8 +84,24 @@ def _check_range(parsed: pl.Series, uniq: pl.Series, raw: pl.Series, path: Path,
     if out.any():
         j = int(np.flatnonzero(out)[0])
         i = (raw == uniq[j]).arg_max()
-        raise InputError(f"{path}: {line(i)}: date {parsed[j]} ({uniq[j]!r}) in column {column!r} is outside "
+        value, got = str(uniq[j]), parsed[j]
+        if f"{got.year:04d}" not in value:   # "19-Sep-03" read as year 3: the format was guessed wrong
+            raise InputError(f"{path}: {line(i)}: date {value!r} in column {column!r}: its format could not be read "
+                             f"(a guess gives {got}); pass --date-format FMT, e.g. {_suggest(value)!r}")
+        raise InputError(f"{path}: {line(i)}: date {got} ({uniq[j]!r}) in column {column!r} is outside "
                          f"{FIRST_DAY}..{LAST_DAY}")
+
+
+def _suggest(value: str) -> str:
+    """A --date-format for a date whose year is written with two digits or a month by name, as an example."""
+    sep = next((c for c in value if not c.isalnum()), "-")
+    parts = value.split(sep)
+    names = ["%b" if p.isalpha() else "%d" for p in parts]
+    if len(parts) == 3:
+        names[-1] = "%y" if len(parts[-1]) == 2 else "%Y"
+        if parts[0].isalpha():
+            names[:2] = ["%b", "%d"]
+    return sep.join(names)
 
 
 def _yyyymmdd(raw: pl.Series, path: Path, column: str, line: Line) -> pl.Series:
@@ -203,10 +232,12 @@ def _with_clock(stamp: pl.Series, clock: pl.DataFrame, uniq: pl.Series, fail: Ca
                    "a time of day HH:MM[:SS], or 1..12 with AM/PM")
     h = pl.select(pl.when(twelve).then(h % 12 + pl.when(ampm == "PM").then(12).otherwise(0)).otherwise(h)
                   ).to_series()
-    secs = h * 3600 + m * 60 + hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0).floor().cast(pl.Int64)
+    # a fraction of a second is kept (in ms): a minute file then refuses it, or rounds it with --round-stamps
+    ms = (hms.list.get(2, null_on_oob=True).cast(pl.Float64).fill_null(0) * 1000).round(0).cast(pl.Int64)
+    secs = h * 3600 + m * 60 + ms // 1000
     if (secs > 86400).any():
         raise fail(uniq.filter(secs > 86400)[0], "a time of day HH:MM[:SS]")
-    wall = stamp.cast(pl.Int64) + secs * 1000
+    wall = stamp.cast(pl.Int64) + (h * 3600 + m * 60) * 1000 + ms
     zone = clock["zone"]
     if zone.is_null().all():
         return wall.cast(TIME)
@@ -222,7 +253,32 @@ def _with_clock(stamp: pl.Series, clock: pl.DataFrame, uniq: pl.Series, fail: Ca
         return wall.cast(TIME)   # one offset throughout: its wall clock is the exchange's
     utc = (wall - offset.fill_null(0) * 60_000).cast(pl.Datetime("ms", "UTC"))
     local = utc.dt.convert_time_zone(tz).dt.replace_time_zone(None).cast(TIME)
-    return pl.select(pl.when(offset.is_null()).then(wall.cast(TIME)).otherwise(local)).to_series()
+    out = pl.select(pl.when(offset.is_null()).then(wall.cast(TIME)).otherwise(local)).to_series()
+    _note_moved(out, stamp, uniq, raw, line, path)
+    return out
+
+
+def _note_moved(out: pl.Series, written: pl.Series, uniq: pl.Series, raw: pl.Series, line: Line, path: Path) -> None:
+    """Record the stamps the conversion moved to another date than the one written (reported for daily stores:
+    ``2000-01-04 00:00:00+09:00`` is 2000-01-03 15:00 UTC)."""
+    acc = MOVED.get()
+    moved = (out.dt.date() != written.dt.date()).fill_null(False)
+    if acc is None or not moved.any():
+        return
+    j = int(moved.arg_max())
+    n = int(raw.is_in(uniq.filter(moved).implode()).sum()) if raw.dtype == uniq.dtype else int(moved.sum())
+    acc[(str(path), line(0))] = (n, str(uniq[j]), f"{path}: {line((raw == uniq[j]).arg_max())}", str(out[j]))
+
+
+def moved_note(moved: dict, tz: str | None) -> str | None:
+    """One line for a daily store whose bars the conversion to ``tz`` moved to other dates, else None."""
+    if not moved:
+        return None
+    n = sum(v[0] for v in moved.values())
+    _, value, where, local = next(iter(moved.values()))
+    return (f"--timezone {tz}: {n} bar(s) stored on another date than written: their stamps with a UTC offset "
+            f"converted to {tz}'s clock fall on another day, e.g. {value!r} ({where}) is {local[:16]} there, a bar "
+            f"of {local[:10]}; daily stamps at local midnight are dates: leave --timezone out to keep them")
 
 
 def _offset_minutes(zone: pl.Series) -> pl.Series:
@@ -247,12 +303,16 @@ def check_timezone(tz: str | None) -> str | None:
 
 
 @contextmanager
-def exchange_zone(tz: str | None) -> Iterator[None]:
-    """Within: stamps with a UTC offset (and zone-aware Parquet columns) are converted to ``tz``'s clock."""
+def exchange_zone(tz: str | None) -> Iterator[dict]:
+    """Within: stamps with a UTC offset (and zone-aware Parquet columns) are converted to ``tz``'s clock. Yields
+    where the conversion moved stamps to another date (text stamps with an offset; see :func:`moved_note`)."""
     token = ZONE.set(check_timezone(tz))
+    moved: dict = {}
+    token_moved = MOVED.set(moved)
     try:
-        yield
+        yield moved
     finally:
+        MOVED.reset(token_moved)
         ZONE.reset(token)
 
 

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 
 from . import columns as C
 from ..errors import InputError
+from .options import ReadOptions
 
 LABEL = "DataFrame"
 
@@ -31,8 +32,11 @@ def describe(obj: Any) -> str:
     return repr(str(obj)) if isinstance(obj, str) else f"a {type(obj).__module__.split('.')[0]}.{type(obj).__name__}"
 
 
-def to_polars(frame: Any):
-    """A pandas frame (its index kept as columns unless it is a plain RangeIndex) or a polars one, as polars."""
+def to_polars(frame: Any, timezone: str | None = None):
+    """A pandas frame (its index kept as columns unless it is a plain RangeIndex) or a polars one, as polars.
+
+    A column of stamps in different time zones (pandas keeps them as objects) is refused naming two, unless
+    ``timezone`` (the exchange's) is given: then it goes on as UTC and the read converts it to that clock."""
     import polars as pl
 
     if isinstance(frame, pl.LazyFrame):
@@ -51,20 +55,50 @@ def to_polars(frame: Any):
             df = df.reset_index(names=idx.name if idx.name is not None else
                                 "date" if isinstance(idx, pd.DatetimeIndex) else "index")
     df.columns = [str(c) for c in df.columns]
+    df = _mixed_zones(df, timezone)
     try:
         return pl.from_pandas(df)
     except Exception as exc:  # an object column of mixed types, ...
         raise InputError(f"{LABEL}: cannot convert to columns ({' '.join(str(exc).split())[:200]})") from None
 
 
+def _mixed_zones(df, timezone: str | None):
+    """Object columns of zone-aware stamps in more than one zone or UTC offset: to UTC with ``timezone``, else refused
+    (pl.from_pandas would put every stamp on the first one's zone: a clock no one chose)."""
+    import pandas as pd
+
+    for name in df.columns:
+        col = df[name]
+        if col.dtype != object:
+            continue
+        head = col.dropna()
+        if not len(head) or not all(isinstance(v, pd.Timestamp) and v.tzinfo is not None for v in head.iloc[:1000]):
+            continue
+        # one zone (New York across a DST change included) is one clock; two zones are two
+        offsets = head.map(lambda v: str(v.tzinfo) if isinstance(v, pd.Timestamp) else None)
+        if offsets.nunique(dropna=False) < 2:
+            continue
+        if timezone is None:
+            j = int((offsets != offsets.iloc[0]).to_numpy().argmax())
+            rows = [int(df.index.get_indexer([head.index[k]])[0]) + 1 for k in (0, j)]
+            raise InputError(f"{LABEL}: stamps with different UTC offsets in column {name!r}: "
+                             f"{str(head.iloc[0])!r} (row {rows[0]}) and {str(head.iloc[j])!r} (row {rows[1]}); pass "
+                             f"timezone= (the exchange's, e.g. Asia/Shanghai) to convert them to its clock")
+        df = df.assign(**{name: pd.to_datetime(col, utc=True)})
+    return df
+
+
 @contextlib.contextmanager
-def as_file(frame: Any, symbol: str | None, user_map: dict[str, str] | None) -> Iterator[Path]:
-    """The frame as a Parquet file for the duration of the block; InputErrors name the frame, not the file."""
-    df = to_polars(frame)
+def as_file(frame: Any, read: ReadOptions, timezone: str | None = None) -> Iterator[Path]:
+    """The frame as a Parquet file for the duration of the block; InputErrors name the frame, not the file.
+
+    The caller reads the file with the same ``read`` options (and its axis options) as any input: the frame
+    takes every option a file takes."""
+    df = to_polars(frame, timezone)
     if df.height == 0:
         raise InputError(f"{LABEL}: no rows")
-    mapped = C.resolve_columns(list(df.columns), user_map)
-    if "symbol" not in mapped.values() and not symbol:
+    mapped = C.resolve_columns(list(df.columns), dict(read.user_map))
+    if "symbol" not in mapped.values() and not read.symbol:
         raise InputError(f"{LABEL}: no symbol column (columns: {C.preview(list(df.columns))}); pass "
                          f"symbol='NAME' for one symbol's bars, or add a symbol column")
     folder = Path(tempfile.mkdtemp(prefix="kline-frame-"))

@@ -16,12 +16,14 @@ from typing import Sequence
 import numpy as np
 
 import dataclasses
+from dataclasses import dataclass
 
-from . import adjust, barsize, calnote, columns as C, dates as D, frames as FR, panel as P, qlib_store as Q
+from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
 from ..store import manifest as mf, writer as W
-from .bars import build_calendar, choose_axis, read_bars
+from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
+from .options import AxisOptions, ReadOptions
 from .layout import Layout
 from ..store.blockwriter import BlockWriter
 from ..errors import InputError
@@ -36,8 +38,10 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
            quiet: bool = True, capacity: int | None = None, wait: float = 0.0,
            replace: bool = False, symbol_pattern: str | None = None, freq: str | None = None,
            sessions: str | None = None, stamp: str | None = None, instruments: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-           exclude: Sequence[str] = (), timezone: str | None = None) -> IngestReport:
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
+           exclude: Sequence[str] = (), timezone: str | None = None, assume_weekdays: bool = False,
+           date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
+           columns: Sequence[str] | str | None = None) -> IngestReport:
     """Build a store at ``out`` from K-line files (CSV/Parquet files, folders, globs) or a Qlib provider
     directory (qlib_store.py).
 
@@ -69,75 +73,143 @@ def ingest(inputs: Sequence[str | os.PathLike], out: str | os.PathLike, *, calen
         skip_bad: leave out input files that are not bars (ticks, quotes, no date or close) and list them in the
             report, instead of stopping at the first.
         exclude: glob patterns of files to leave out of folders and globs (``*tick*``).
+        round_stamps: stamps with seconds or fractions of a second (``09:31:00.5``) rounded to the nearest
+            minute (half up); without it such a stamp is refused naming its line.
 
     ``inputs`` may also be a pandas or polars DataFrame: long format (symbol, date, fields) or one symbol's bars
     (a date column or index, with ``symbol=``); it gets the checks of a file, its messages name "DataFrame: row N".
         timezone: the exchange's IANA zone ("Asia/Shanghai"): stamps with a UTC offset or ``Z`` and
             zone-aware Parquet columns are converted to its clock, and it is recorded in the manifest. Without
             it, one offset per column keeps its wall clock and mixed offsets are refused.
+        assume_weekdays: with ``calendar`` or ``sessions`` an exchange code: dates after the last day whose
+            holidays the installed exchange_calendars records are the exchange's weekdays (holidays unknown),
+            marked in the manifest (``assumed_weekdays``), instead of an error.
+        date_format: how the date column is written, as a strftime format polars (chrono) takes: ``%.f``
+            fractions, ``%I``/``%p`` 12-hour clocks, ``%b`` month names ("%d.%m.%Y %H:%M:%S%.f", "%d-%b-%y",
+            "%b %d %Y", "%Y-%m-%d %I-%p"); a separate time column is joined to the date with a space first.
+            Recorded in the manifest: appends reuse it.
+        skip_rows: lines before the header. Default: a first line that names no date and close column (a
+            comment, a vendor's URL line) is skipped when a header follows within a few lines, and reported.
+        no_header, columns: the files have no header line; ``columns`` names their columns in order
+            (``["date", "open", ...]`` or ``"date,open,..."``).
 
     Returns:
         IngestReport with counts and the problems found.
     """
+    read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
+                          date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
+    axis = AxisOptions(calendar=calendar, freq=freq, sessions=sessions, stamp=stamp, timezone=timezone,
+                       assume_weekdays=assume_weekdays)
+    return ingest_with(inputs, out, read, axis, Writing(quiet=quiet, capacity=capacity, wait=wait, replace=replace,
+                                                        instruments=instruments))
+
+
+@dataclass(frozen=True)
+class Writing:
+    """How an ingest writes its store (the keywords of ``ingest`` that are neither read nor axis options)."""
+
+    quiet: bool = True
+    capacity: int | None = None
+    wait: float = 0.0
+    replace: bool = False
+    instruments: str | None = None
+
+
+def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOptions, writing: Writing
+                ) -> IngestReport:
+    """``ingest`` with its options as objects: files, folders, globs, a Qlib directory or a DataFrame."""
     t0 = time.perf_counter()
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
-    if FR.is_frame(inputs):
-        kw = dict(calendar=calendar, user_map=user_map, map=map, strict=strict, quiet=quiet, capacity=capacity,
-                  wait=wait, replace=replace, freq=freq, sessions=sessions, stamp=stamp, symbol=symbol, na=na)
-        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
-            return ingest([path], out, **kw)
+    if FR.is_frame(inputs):   # read like a file, with every option a file takes
+        with FR.as_file(inputs, read, axis.timezone) as path:
+            return ingest_with([path], out, read, axis, writing)
     inputs = as_input_list(inputs)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
-    umap = dict(user_map or {})
-    umap.update(C.parse_mapping(map))
-    qlib = Q.provider_input(inputs, instruments, calendar, umap, symbol_pattern)   # read as a directory
-    if qlib is not None and (sessions or stamp or (freq and (barsize.parse(freq) or TA.parse_freq(freq)) != TA.DAILY)):
+    freq = axis.freq
+    qlib = Q.provider_input(inputs, writing.instruments, axis.calendar, dict(read.user_map), read.symbol_pattern)
+    if qlib is not None and (axis.sessions or axis.stamp or
+                             (freq and (barsize.parse(freq) or TA.parse_freq(freq)) != TA.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
-    files = [] if qlib else expand_inputs(list(inputs), exclude)   # folders and globs walked once, before the lock
-    if symbol is not None:
-        symbol_pattern = fixed_symbol(symbol, files, symbol_pattern)
+    files = [] if qlib else expand_inputs(list(inputs), read.exclude)   # folders and globs walked once, before the lock
+    if read.symbol is not None:
+        read = read.replace(symbol_pattern=fixed_symbol(read.symbol, files, read.symbol_pattern))
+    axis = axis.replace(timezone=D.check_timezone(axis.timezone))
     instead = ("`kline-store append` adds new data to it, `ingest --replace` (replace=True) rebuilds it from "
                "these inputs alone")
-    with progress.silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
+    with progress.silenced(writing.quiet), W.whole_store(out, wait=writing.wait, replace=writing.replace,
+                                                         instead=instead):
         if qlib is not None:
-            built = Q.build_store(qlib, out, capacity)
+            built = Q.build_store(qlib, out, writing.capacity)
         else:
-            result = _build(files, out, calendar, umap, strict, quiet, capacity, symbol_pattern,
-                            (freq, sessions, stamp, D.check_timezone(timezone)),
-                            dict(na=tuple(na or ()), skip_bad=skip_bad))
-        W.collect(out, built.manifest if qlib is not None else result[-1])
+            result = _build(files, out, read, axis, writing)
+        W.collect(out, built.manifest if qlib is not None else result.manifest)
     if qlib is not None:
         return built.report(out, time.perf_counter() - t0)
-    version, n_bars, bars, symbols, fields, dates, _ = result
-    return IngestReport(out, version, len(bars.files), n_bars, len(symbols), len(dates),
-                        str(dates[0]), str(dates[-1]), fields, bars.problems, bars.skipped_empty,
+    bars, dates, m = result.bars, result.dates, result.manifest
+    return IngestReport(out, result.version, len(bars.sources), result.n_bars, len(result.symbols), len(dates),
+                        str(dates[0]), str(dates[-1]), result.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0,
-                        freq=result[-1].get("bar") or result[-1].get("freq", "1d"),
+                        freq=m.get("bar") or m.get("freq", "1d"),
                         skipped_files=bars.skipped, notes=bars.notes)
 
 
-def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, str], strict: bool,
-           quiet: bool, capacity: int | None, symbol_pattern: str | None, axis_args: tuple, read: dict | None = None):
+def _on_sessions(bars: Bars, cal: np.ndarray, code: str) -> None:
+    """--calendar CODE: a bar on a day the exchange did not trade (a holiday) is one line naming it."""
+    off = ~np.isin(bars.keys("D"), cal)
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {TA.show(int(bars.keys('D')[i]), 'D')} "
+                         f"is on no {code} session (a holiday or a weekend); {int(off.sum())} bar(s) in all")
+
+
+@dataclass
+class Built:
+    """What ``_build`` wrote: the new version, its bars (views dropped), symbols, fields, dates and manifest."""
+
+    version: int
+    n_bars: int
+    bars: Bars
+    symbols: list[str]
+    fields: list[str]
+    dates: np.ndarray
+    manifest: dict
+
+
+def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions, writing: Writing) -> Built:
     """The whole ingest under the writer lock (held by the caller)."""
     # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
     # bars.spills); small ones keep them in memory, which is faster.
     spill = W.staging_dir(out) / "bars.spill"
-    with D.exchange_zone(axis_args[3]):   # stamps with UTC offsets: to the exchange's clock (--timezone)
-        bars = read_bars(files, user_map=umap, strict=strict, quiet=quiet, spill=spill,
-                         symbol_pattern=symbol_pattern, **(read or {}))
-    freq, sessions, stamp, timezone = axis_args
+    with D.exchange_zone(options.timezone) as moved:   # stamps with UTC offsets: to the exchange's clock (--timezone)
+        bars = read_bars(files, read, quiet=writing.quiet, spill=spill)
+    freq, calendar, capacity = options.freq, options.calendar, writing.capacity
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
-    axis = choose_axis(bars, None if long_bar else freq, sessions, stamp, timezone)
+    given = TA.DAILY if long_bar else (TA.parse_freq(freq) if freq is not None else None)
+    bars, settled = grid.settle(bars, given, read.skip_bad)   # one bar size, on its grid
+    assume = options.assume_weekdays
+    if assume and not (XC.is_code(calendar) or XC.is_code(options.sessions)):
+        raise InputError("--assume-weekdays applies with an exchange calendar (--calendar CODE or --sessions CODE)")
+    axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume,
+                       settled)
+    note_moved = D.moved_note(moved, options.timezone) if axis.freq == TA.DAILY else None
+    if note_moved:   # 2000-01-04 00:00+09:00 with --timezone UTC is a bar of 2000-01-03: said, never silent
+        bars.notes.append(note_moved)
     if axis.freq == TA.DAILY:
-        axis = dataclasses.replace(axis, bar=barsize.detect(bars, long_bar))
+        bars, bar = barsize.settle(bars, long_bar, read.skip_bad)   # daily, weekly or monthly: per file and symbol
+        axis = dataclasses.replace(axis, bar=bar,
+                                   exchange=str(calendar).upper() if XC.is_code(calendar) else None)
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
                          f"resample to 1d and to {long_bar}")
-    cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar)
+    cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar, where_day(bars, axis.unit), assume)
+    assumed = XC.assumed(axis.exchange, cal, axis.unit) if assume and axis.exchange else None
+    if axis.exchange is not None and axis.freq == TA.DAILY:
+        _on_sessions(bars, cal, axis.exchange)
     symbols = bars.symbols
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
@@ -177,6 +249,8 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
                                 "calendar_source": str(calendar) if calendar else
                                 (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
                                 "adj_factor_source": source,
+                                **({"assumed_weekdays": assumed} if assumed else {}),
+                                **({"date_format": read.date_format} if read.date_format else {}),
                                 "adj_last_factor": adjust.state_list(last_factor),
                                 "adj_rebase": adjust.state_list(divisors)})
     try:
@@ -185,6 +259,7 @@ def _build(files: list[Path], out: Path, calendar: str | None, umap: dict[str, s
         W.discard_uncommitted(out, data["file"])
         raise
     n_bars = len(bars)
+    notes = list(bars.notes)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
-    bars.notes = [note] if note else []
-    return version + 1, n_bars, bars, symbols, fields, dates, m
+    bars.notes = notes + ([note] if note else [])
+    return Built(version + 1, n_bars, bars, symbols, fields, dates, m)

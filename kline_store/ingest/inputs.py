@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 
 from ..errors import InputError
-from .packed import SUFFIXES as PACKED_SUFFIXES
+from .packed import JSON_SUFFIXES, SUFFIXES as PACKED_SUFFIXES
 from .qlib_format import is_provider
 
 CSV_SUFFIXES = (".csv", ".txt", ".tsv")
@@ -47,15 +47,36 @@ def is_parquet(p: Path) -> bool:
     return p.name.lower().endswith(PARQUET_SUFFIXES)
 
 
+# Lines a CSV's text has before its header beyond one (skipped lines), less one for a headerless file: set by
+# sources.inspect_source for files read with a preamble (preamble.py), so that messages name the file's own lines.
+_SHIFT: dict[str, int] = {}
+
+
+def shift_lines(path: Path, shift: int) -> None:
+    """Record how the lines polars reads of ``path`` are offset from the file's own (0: not at all)."""
+    if shift:
+        _SHIFT[str(path)] = int(shift)
+    else:
+        _SHIFT.pop(str(path), None)
+
+
+def line_shift(path: Path) -> int:
+    return _SHIFT.get(str(path), 0)
+
+
 def location(path: Path, row: int) -> str:
-    """Where 0-based data row ``row`` is, in the file's own terms: "line N" of a CSV (its header is line 1),
-    "row N" of a Parquet file."""
-    return f"row {int(row) + 1}" if is_parquet(path) else f"line {int(row) + 2}"
+    """Where 0-based data row ``row`` is, in the file's own terms: "line N" of a CSV (its header is line 1,
+    unless lines before it were skipped or it has none), "row N" of a Parquet file, "record N" of a JSON array."""
+    name = path.name.lower()
+    if name.endswith(JSON_SUFFIXES):   # JSON records: the record's number (NDJSON: its line)
+        return f"{'record' if name.endswith('.json') else 'line'} {int(row) + 1}"
+    return f"row {int(row) + 1}" if is_parquet(path) else f"line {int(row) + 2 + _SHIFT.get(str(path), 0)}"
 
 
 def _is_data_file(p: Path) -> bool:
     name = p.name.lower()
-    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES + PACKED_SUFFIXES)
+    return not name.startswith(".") and name.endswith(CSV_SUFFIXES + PARQUET_SUFFIXES + PACKED_SUFFIXES +
+                                                      JSON_SUFFIXES)
 
 
 def _walk(folder: Path) -> list[Path]:
@@ -161,7 +182,7 @@ def symbol_from_name(p: Path, pattern: str | None = None) -> str:
     if isinstance(pattern, FixedSymbol):
         return str(pattern)
     name = p.name
-    for suffix in PACKED_SUFFIXES + CSV_SUFFIXES + PARQUET_SUFFIXES:
+    for suffix in PACKED_SUFFIXES + JSON_SUFFIXES + CSV_SUFFIXES + PARQUET_SUFFIXES:
         if name.lower().endswith(suffix):
             name = name[: -len(suffix)]
             break

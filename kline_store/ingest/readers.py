@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 from pathlib import Path
 from typing import Callable, Iterator
@@ -23,10 +24,10 @@ import numpy as np
 import polars as pl
 
 from . import adjust, clock, columns as C, textscan
-from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal
+from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal, with_format
 from .. import memory
 from ..errors import InputError
-from .inputs import is_parquet, location, symbol_from_name
+from .inputs import is_parquet, line_shift, location, symbol_from_name
 from .sources import YYYYMMDD, Source, _one_line, _scan, inspect_source, sniff_date_format
 
 __all__ = ["CHUNK_BYTES", "WHOLE_FILE", "Reread", "Source", "finish_values", "inspect_source", "iter_chunks",
@@ -154,7 +155,8 @@ def _start_checks(src: Source) -> textscan.Background | None:
     """The whole-file checks of a CSV, started in a thread: field counts, and UTF-8 when not settled yet."""
     if is_parquet(src.path):
         return None
-    return textscan.Background(textscan.scan, src.path, src.data, src.separator, len(src.columns), not src.settled)
+    return textscan.Background(functools.partial(textscan.scan, first_line=1 + line_shift(src.path)), src.path,
+                               src.data, src.separator, len(src.columns), not src.settled)
 
 
 def _settle(check: textscan.Background | None, src: Source) -> Source | None:
@@ -171,7 +173,7 @@ def _frames(src: Source, rows: int | None, extra: dict[str, pl.Expr]) -> Iterato
                 if src.symbol_column else pl.lit(symbol, dtype=pl.String)).alias("symbol")
     fmt = sniff_date_format(src) if src.typed else None
     keep = [pl.col("_row"), sym_expr, pl.col(src.date_column).alias("_date_raw")]
-    fast = _fast_date(src, fmt)
+    fast = _fast_date(src, fmt) if src.date_format is None else _formatted(src)
     if fast is not None:
         keep.append(fast.alias("_date_fast"))
     if src.time_column is not None:
@@ -208,6 +210,18 @@ def _fast_date(src: Source, fmt: str | None) -> pl.Expr | None:
         return date.str.to_date(fmt, strict=False).cast(TIME) if "%H" not in fmt else \
             date.str.strptime(TIME, fmt, strict=False)
     return None
+
+
+def _formatted(src: Source) -> pl.Expr | None:
+    """--date-format: the date column (a time column joined to it with a space) read with the user's format by
+    polars as it reads the file (null where a cell does not match: _finish_chunk names it); a Parquet date or
+    timestamp column is read as it is."""
+    if src.date_column in src.schema and temporal(pl.col(src.date_column), src.schema[src.date_column]) is not None:
+        return _fast_date(src, None)
+    text = pl.col(src.date_column).cast(pl.String).str.strip_chars()
+    if src.time_column is not None:
+        text = pl.concat_str([text, pl.col(src.time_column).cast(pl.String).str.strip_chars()], separator=" ")
+    return with_format(text, src.date_format or "")
 
 
 def _parquet_slices(lf: pl.LazyFrame, path: Path, rows: int) -> Iterator[pl.DataFrame]:
@@ -272,6 +286,8 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         if inf.any():
             i = inf.arg_max()
             raise InputError(f"{src.where(df['_row'][i])}: column {c!r}: infinite value")
+    if src.date_format is not None:
+        return _formatted_dates(df, src)
     fast = _fast_dates(df)
     if fast is not None:
         return without(df.with_columns(fast), "_date_raw", "_date_fast")
@@ -282,10 +298,46 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
 
     raw = integral_float_dates(df["_date_raw"], src.path, src.date_column, where)
     if "_time_raw" in df.columns:
+        empty = clock.empty_times(raw, df["_time_raw"])
+        if empty is not None:   # a minute file's row without its time: never a bar at 00:00
+            i = int(empty.arg_max())
+            if not src.skip_bad:
+                raise InputError(f"{src.where(rows[i])}: column {src.time_column!r} is empty beside date "
+                                 f"{C.short(raw[i])}: a bar needs its time of day (fix the file, or pass --skip-bad "
+                                 f"to leave such rows out)")
+            src.empty_times.extend(rows.filter(empty).to_list())
+            keep = ~empty
+            df, raw = df.filter(keep), raw.filter(keep)
+            rows = df["_row"]
         raw = clock.join_stamp(raw, df["_time_raw"], src.path, src.time_column or "time", where)
         df = without(df, "_time_raw")
     dates = parse_dates(raw, src.path, src.date_column, where)
     return without(df.with_columns(dates), "_date_raw", *(["_date_fast"] if "_date_fast" in df.columns else []))
+
+
+def _formatted_dates(df: pl.DataFrame, src: Source) -> pl.DataFrame:
+    """The stamps read with --date-format; a cell that does not match it, or a date outside FIRST_DAY..LAST_DAY,
+    is one line naming the file, line, column and value."""
+    fast = df["_date_fast"]
+    if fast.null_count():
+        i = int(fast.is_null().arg_max())
+        raw = df["_date_raw"][i]
+        cell = "" if raw is None else str(raw).strip()
+        if "_time_raw" in df.columns and df["_time_raw"][i] is not None:
+            cell = f"{cell} {str(df['_time_raw'][i]).strip()}"
+        what = (f"date {C.short(cell)} in column {src.date_column!r} does not match --date-format "
+                f"{src.date_format!r}" if cell else f"missing date in column {src.date_column!r}")
+        raise InputError(f"{src.where(df['_row'][i])}: {what}")
+    if fast.len():
+        lo = FIRST_DAY.astype("datetime64[ms]").item()
+        hi = (LAST_DAY + 1).astype("datetime64[ms]").item()
+        out = (fast < lo) | (fast >= hi)
+        if out.any():
+            i = int(out.arg_max())
+            raise InputError(f"{src.where(df['_row'][i])}: date {C.short(str(df['_date_raw'][i]))} read with "
+                             f"--date-format {src.date_format!r} is {fast[i]}, outside {FIRST_DAY}..{LAST_DAY}")
+    return without(df.with_columns(fast.alias("date")), "_date_raw", "_date_fast",
+                   *(["_time_raw"] if "_time_raw" in df.columns else []))
 
 
 def without(df: pl.DataFrame, *names: str) -> pl.DataFrame:
@@ -340,7 +392,8 @@ def _explain_bad_value(src: Source) -> None:
     except pl.exceptions.PolarsError as exc:
         if not is_parquet(src.path):        # most likely a line with more fields: name it
             textscan.exact_lines(np.frombuffer(src.data, np.uint8) if src.data is not None
-                                 else textscan.map_file(src.path), src.separator, len(src.columns), src.path)
+                                 else textscan.map_file(src.path), src.separator, len(src.columns), src.path,
+                                 1 + line_shift(src.path))
         raise InputError(f"{src.path}: cannot parse ({_one_line(exc)})") from None
     for s in src.value_columns:
         if s in first:

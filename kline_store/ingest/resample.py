@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import barsize
-from ..store import safefs, sessions as SE, timeaxis as TA
+from ..store import identity, safefs, sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
 from ..store.writer import create_store
@@ -41,7 +41,8 @@ class Periods:
     keys: np.ndarray        # int64 [n_periods] keys of the target calendar (days or minutes)
 
 
-def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Sessions | None = None) -> Periods:
+def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Sessions | None = None,
+            stamp: str | None = None) -> Periods:
     """Group a source calendar's bars into periods of ``freq`` (pure: calendars in, index arrays out).
 
     Args:
@@ -49,6 +50,7 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
         src_freq: its bar size.
         freq: the target bar size ("1d", or minutes that are a multiple of the source's).
         sessions: the source's session template (its opens and its stamp convention), if it has one.
+        stamp: "start" or "end": how the source's bars are stamped (default: the template's, else "end").
     """
     keys = np.asarray(src_keys, dtype=np.int64)
     midnight_end = sessions is not None and sessions.stamp == "end"   # a 24:00 bar ends its own day
@@ -57,7 +59,7 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
         period_key = day
     else:
         step, k = TA.minutes(src_freq), TA.minutes(freq)
-        stamp_end = sessions is None or sessions.stamp == "end"
+        stamp_end = stamp == "end" if stamp is not None else (sessions is None or sessions.stamp == "end")
         sid = SE.session_ids(keys, src_freq, midnight_end)
         first = np.flatnonzero(np.r_[True, np.diff(sid) != 0])              # first bar of each session
         clock = keys - day * TA.MINUTES_PER_DAY                              # 1..1440 for a 24:00 bar
@@ -170,8 +172,12 @@ class ResampleReport:
 
 
 def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str, *, wait: float = 0.0,
-             replace: bool = False) -> ResampleReport:
+             replace: bool = False, stamp: str | None = None) -> ResampleReport:
     """Write a coarser store at ``out`` from an intraday store.
+
+    ``stamp``: "start" or "end", how the store's bars are stamped (and so the new ones: a 5-minute period of
+    start-stamped bars is labelled by its first minute, 16:00 for 16:00..16:04); default the store's own (its
+    session template's, else what an earlier resample recorded, else "end").
 
     Raises:
         InputError: a daily source, a target not coarser or not a multiple of the source's bar size, an existing
@@ -196,7 +202,14 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
         raise InputError(f"{out}: a store is already there; pass --replace to rebuild it")
     sess = st.manifest.get("sessions")
     template = SE.Sessions.from_dict(sess) if sess else None
-    per = periods(st.dates.astype(np.int64), st.freq, target, template)
+    own = template.stamp if template is not None else st.manifest.get("stamp")
+    if stamp is not None and stamp not in ("start", "end"):
+        raise InputError(f"--stamp {stamp!r}: expected start or end")
+    if stamp is not None and template is not None and stamp != own:
+        raise InputError(f"--stamp {stamp}: {st.path}'s session template stamps its bars with their {own}; leave "
+                         f"--stamp out")
+    stamp = stamp or own or "end"
+    per = periods(st.dates.astype(np.int64), st.freq, target, template, stamp)
     fields = list(st.fields)
     panel = np.empty((st.n_symbols, len(per.starts), len(fields)), dtype=np.float32)
     rows = max(1, BLOCK_BYTES // max(1, st.n_dates * st.n_fields * 4))
@@ -207,7 +220,8 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
     extra = {"calendar_source": f"resampled from {st.path} ({st.freq})",
              "sessions": template.as_dict() if keep_sessions else None,
              "timezone": st.manifest.get("timezone") or "exchange-local, naive",
+             **({"stamp": stamp} if template is None and target != TA.DAILY else {}),
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
     create_store(out, panel, st.symbols, TA.stamps(per.keys, TA.unit(target)), fields, extra=extra, wait=wait,
-                 freq=target, sources=[{"path": str(st.path), "freq": st.freq, "version": st.version}])
+                 freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
     return ResampleReport(out, st.freq, target, st.n_symbols, st.n_dates, len(per.starts))

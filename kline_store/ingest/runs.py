@@ -88,14 +88,31 @@ def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = 
             raise NotGrouped
 
 
-def day_gaps(days: Slice, sym: Slice, file: Slice, n: int, n_sym: int, n_files: int, clip: int
+@dataclass
+class SymbolGaps:
+    """Per symbol (over every file): its gaps counted by class (``classes``: gap -> class index, the last class
+    for pairs of two symbols) and whether it has two bars in one week, in one month."""
+
+    counts: np.ndarray     # [n_sym, n_classes + 1]
+    week: np.ndarray
+    month: np.ndarray
+
+
+def day_gaps(days: Slice, sym: Slice, file: Slice, n: int, n_sym: int, n_files: int, clip: int,
+             classes: np.ndarray | None = None, per_symbol: list | None = None
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per file: a histogram [n_files, clip + 1] of the gaps in days between a symbol's consecutive bars (gaps
     above ``clip`` counted as ``clip``), and whether it has two bars of a symbol in one week, in one month (see
-    barsize.by_file)."""
+    barsize.by_file). With ``classes`` (gap 0..clip -> class), the same per symbol, appended to ``per_symbol``
+    as a :class:`SymbolGaps` (gaps counted by class only: a few bytes a symbol)."""
     hist = np.zeros((n_files, clip + 2), dtype=np.int64)     # the last column: pairs of two groups
     week = np.zeros(n_files, dtype=bool)
     month = np.zeros(n_files, dtype=bool)
+    n_cls = int(classes.max()) + 2 if classes is not None else 0
+    table = np.r_[classes, n_cls - 1] if classes is not None else None     # clip + 1 (two groups) -> last
+    s_counts = np.zeros((max(n_sym, 1), n_cls), dtype=np.int64) if classes is not None else None
+    s_week = np.zeros(max(n_sym, 1), dtype=bool)
+    s_month = np.zeros(max(n_sym, 1), dtype=bool)
     n_sym = max(n_sym, 1)
     month_of: np.ndarray | None = None
     day0 = 0
@@ -107,13 +124,25 @@ def day_gaps(days: Slice, sym: Slice, file: Slice, n: int, n_sym: int, n_files: 
         f0, f1 = int(f.min()), int(f.max()) + 1      # files are read one after the other: a few per chunk
         hist[f0:f1] += np.bincount((f - f0) * (clip + 2) + g, minlength=(f1 - f0) * (clip + 2)).reshape(-1, clip + 2)
         w = (c.t + 3) // 7
-        week[f[c.same & (w[1:] == w[:-1])]] = True
+        same_week = c.same & (w[1:] == w[:-1])
+        week[f[same_week]] = True
+        if s_counts is not None:
+            s = c.group[1:] % n_sym
+            s0, s1 = int(s.min()), int(s.max()) + 1
+            s_counts[s0:s1] += np.bincount((s - s0) * n_cls + table[g], minlength=(s1 - s0) * n_cls
+                                           ).reshape(-1, n_cls)
+            s_week[s[same_week]] = True
         if month_of is None or c.t.min() < day0 or c.t.max() - day0 >= len(month_of):
             day0 = int(c.t.min())
             span = np.arange(day0, max(int(c.t.max()) + 1, day0 + 1), dtype=np.int64)
             month_of = span.astype("datetime64[D]").astype("datetime64[M]").astype(np.int64)
         m = month_of[c.t - day0]
-        month[f[c.same & (m[1:] == m[:-1])]] = True
+        same_month = c.same & (m[1:] == m[:-1])
+        month[f[same_month]] = True
+        if s_counts is not None:
+            s_month[(c.group[1:] % n_sym)[same_month]] = True
+    if per_symbol is not None and s_counts is not None:
+        per_symbol.append(SymbolGaps(s_counts[:, : n_cls - 1], s_week, s_month))
     return hist[:, : clip + 1], week, month
 
 

@@ -8,6 +8,7 @@ file that must be read again (readers.Reread) is rolled back to where its bars b
 
 from __future__ import annotations
 
+import errno
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +44,9 @@ class Sink:
         expect: bars expected (in memory: the columns' first size).
     """
 
-    def __init__(self, fields: list[str], spill: Path | None, expect: int = 0) -> None:
+    def __init__(self, fields: list[str], spill: Path | None, expect: int = 0, round_stamps: bool = False) -> None:
         self.fields = fields
+        self.round_stamps = round_stamps   # --round-stamps: seconds and fractions to the nearest minute
         self.spill = spill
         self.fh = {name: open(f"{spill}.{name}", "wb") for name, _ in COLUMNS} if spill else None
         self.cols: dict[str, np.ndarray] = {} if spill else self._alloc(max(expect, 1024))
@@ -87,11 +89,14 @@ class Sink:
         if self.fh:
             cols = {"sym": sym, "minute": minute, "row": row, "file": np.full(k, file_id, dtype=np.uint32),
                     "values": self._values(df)}
-            for name, dtype in COLUMNS:
-                fh = self.fh[name]
-                at = fh.tell()
-                np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
-                _start_writeback(fh, at)
+            try:
+                for name, dtype in COLUMNS:
+                    fh = self.fh[name]
+                    at = fh.tell()
+                    np.ascontiguousarray(cols[name], dtype=dtype).tofile(fh)
+                    _start_writeback(fh, at)
+            except OSError as exc:
+                raise self._spill_error(exc, k) from None
         else:
             self.cols["sym"][lo:hi] = sym
             self.cols["row"][lo:hi] = row
@@ -110,15 +115,32 @@ class Sink:
             m, given = minute[a: a + BLOCK], ms[a: a + BLOCK]
             np.floor_divide(given, 60_000, out=m)
             if (m * 60_000 != given).any():
-                i = a + int(np.flatnonzero(m * 60_000 != given)[0])
-                raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
-                                 f"seconds; bars are whole minutes (1 minute or longer)")
+                if self.round_stamps:
+                    np.floor_divide(given + 30_000, 60_000, out=m)
+                else:
+                    i = a + int(np.flatnonzero(m * 60_000 != given)[0])
+                    raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
+                                     f"seconds; bars are whole minutes (1 minute or longer); --round-stamps "
+                                     f"rounds such stamps to the nearest minute")
             tod = m % TA.MINUTES_PER_DAY
             seen[tod] = True
             self.stamps.add(m)
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
         # within a day. Decided per file: two daily files may well stamp their days differently.
         self.intraday |= int(np.count_nonzero(seen)) > 1
+
+    def _spill_error(self, exc: OSError, k: int) -> Exception:
+        """A write of the spill files failed: one line naming the store, the bytes and, when it is, a full disk
+        (numpy's short write, "306920 requested and 118048 written", is a full disk too)."""
+        assert self.spill is not None
+        if exc.errno is None and "requested and" in str(exc):
+            exc = OSError(errno.ENOSPC, str(exc))
+        width = sum(np.dtype(d).itemsize * (len(self.fields) if n == "values" else 1) for n, d in COLUMNS)
+        done = self.n * width
+        store = self.spill.parent.parent     # <store>/<staging>/bars.spill
+        return safefs.os_error(exc, store, f"spilling the bars read to {self.spill.parent} ({done:,} bytes spilled, "
+                               f"{k * width:,} more for the next {k:,} bars; the spill takes about "
+                               f"{width} bytes a bar)")
 
     def _values(self, df: pl.DataFrame) -> np.ndarray:
         return df.select([pl.col(f) if f in df.columns else pl.lit(None, dtype=pl.Float32).alias(f)

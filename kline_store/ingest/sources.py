@@ -8,7 +8,6 @@ while the rows are parsed, textscan.scan), from the whole file otherwise.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 from dataclasses import dataclass, field
@@ -16,10 +15,11 @@ from pathlib import Path
 
 import polars as pl
 
-from . import adjust, clock, columns as C, packed, textscan
+from . import adjust, clock, columns as C, packed, preamble, textscan, wide
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
-from .inputs import FixedSymbol, is_parquet, location, symbol_from_name
+from .inputs import FixedSymbol, is_parquet, location, shift_lines, symbol_from_name
+from .options import ReadOptions
 
 MAX_HEADER = 16 << 20    # a header line longer than this is not a header
 
@@ -42,6 +42,10 @@ class Source:
     typed: bool = True          # numbers parsed by polars' typed reader (False: as text, see readers.py)
     row_bytes: float = 64.0     # bytes per row, about (CSV: from the first rows; Parquet: decoded)
     schema: dict[str, pl.DataType] = field(default_factory=dict)   # a Parquet file's column types
+    skip_bad: bool = False      # --skip-bad: a row whose time of day is empty is left out (and counted), not refused
+    empty_times: list[int] = field(default_factory=list)   # those rows (0-based data rows)
+    date_format: str | None = None   # --date-format: the date column (with its time column) read with it
+    notes: list[str] = field(default_factory=list)   # how it was read (lines skipped, close-only bars), said once
 
     @property
     def symbol_column(self) -> str | None:
@@ -70,38 +74,49 @@ class Source:
         return f"{self.path}: {location(self.path, row)}"
 
 
-def _sniff_separator(first_line: str) -> str:
-    counts = {sep: first_line.count(sep) for sep in (",", "\t", ";", "|")}
-    return max(counts, key=counts.get) if max(counts.values()) else ","
+_sniff_separator = preamble.sniff_separator
 
 
 def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pattern: str | None = None,
-                   na: tuple[str, ...] = ()) -> Source:
-    """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing."""
+                   na: tuple[str, ...] = (), *, read: ReadOptions | None = None) -> Source:
+    """Read the header of ``path`` and resolve its columns; raise InputError if date or close is missing.
+
+    ``read``: the read options whose ``date_format``, ``skip_rows``, ``no_header`` and ``columns`` say how the
+    file's text is laid out (preamble.py)."""
+    read = read or ReadOptions()
     schema: dict[str, pl.DataType] = {}
+    pre = preamble.Preamble()
     try:
         if is_parquet(path):
             with open(path, "rb") as fh:   # a file object: polars would expand * or [ ] in a name
                 schema = dict(pl.read_parquet_schema(fh))
             cols = list(schema)
             enc, data, sep, settled = "parquet", None, ",", True
+            mapping = C.resolve_columns(cols, user_map)
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
             unpacked = packed.read(path)   # .csv.gz, .csv.zst, a .zip of one CSV: decompressed in memory
             enc, data, settled = (*unpacked, True) if unpacked is not None else textscan.sniff_encoding(path)
-            text = _first_line(path, data).decode("utf-8", "replace")
-            first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
-            if not first.strip():
-                raise InputError(f"{path}: file is empty")
-            sep = _sniff_separator(first)
-            cols = _header(first, sep)
+            given = read.skip_rows is not None or read.no_header or bool(read.columns)
+            sep, cols = (",", []) if given else _first_row(path, data)
+            mapping = C.resolve_columns(cols, user_map)
+            if given or not {"date", "close"} <= set(mapping.values()):
+                # lines before the header, or no header: only then is the text's beginning looked at again
+                enc, data, settled, pre = _preamble(path, enc, data, settled, user_map, read)
+                if pre.changes or given:
+                    sep, cols = _first_row(path, data)
+                    mapping = C.resolve_columns(cols, user_map)
     except InputError:
         raise
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
         raise InputError(f"{path}: cannot read ({_one_line(exc)})") from None
-    mapping = C.resolve_columns(cols, user_map)
-    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na), settled=settled)
+    src = Source(path, cols, mapping, data, enc, sep, symbol_pattern=symbol_pattern, na=tuple(na), settled=settled,
+                 date_format=read.date_format)
+    shift_lines(path, pre.shift)
+    note = pre.note(path)
+    if note:
+        src.notes.append(note)
     if schema:
         src.schema = schema
         src.row_bytes = float(sum(4 if dt in (pl.Float32, pl.Int32, pl.UInt32, pl.Date) else 16 if dt == pl.String
@@ -119,10 +134,22 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                          f"{src.symbol_column!r}; leave the symbol out")
     if not src.symbol_column:
         symbol_from_name(path, symbol_pattern)   # a pattern that does not match: say so before reading
+    if enc.startswith("json; "):
+        src.notes.append(f"{path}: {enc[6:]}")
     if "date" not in canon:
+        wide.refuse_wide(cols, path)
         raise InputError(C.describe_missing("date", cols, str(path)))
     if "close" not in canon:
-        raise InputError(C.describe_missing("close", cols, str(path)))
+        wide.refuse_wide(cols, path)
+        price = wide.price_column(cols)
+        if price is not None and src.head is None:
+            src.head = _head(src)
+        if price is None or not wide.dates_only(src.head, src.date_column):
+            raise InputError(C.describe_missing("close", cols, str(path)))
+        mapping[price] = "close"
+        canon = set(mapping.values())
+        src.notes.append(f"{path}: column {price!r} read as close: close-only bars (one price per date, no open, "
+                         f"high or low)")
     if list(mapping.values()).count("time") > 1:
         raise InputError(f"{path}: more than one time-of-day column: "
                          f"{', '.join(s for s, d in mapping.items() if d == 'time')}; map one of them")
@@ -148,6 +175,38 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     shadowed = [c for c in cols if c not in mapping and not C.is_index_name(c) and c not in dropped]
     src.dropped = dropped + shadowed
     return src
+
+
+def _first_row(path: Path, data: bytes | None) -> tuple[str, list[str]]:
+    """The separator and the column names of the text's first line."""
+    text = _first_line(path, data).decode("utf-8", "replace")
+    first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
+    if not first.strip():
+        raise InputError(f"{path}: file is empty")
+    sep = _sniff_separator(first)
+    return sep, _header(first, sep)
+
+
+def _preamble(path: Path, enc: str, data: bytes | None, settled: bool, user_map: dict[str, str] | None,
+              read: ReadOptions) -> tuple[str, bytes | None, bool, preamble.Preamble]:
+    """Lines before the header skipped, a headerless file's header put in front: the text polars reads."""
+    if data is not None:
+        head = data[: preamble.SNIFF_BYTES]
+    else:
+        with open(path, "rb") as fh:
+            head = fh.read(preamble.SNIFF_BYTES)
+    lines = preamble.first_lines(head)
+    pre = preamble.find(path, lines, user_map, read.skip_rows, read.no_header, read.columns)
+    if not pre.changes:
+        return enc, data, settled, pre
+    if data is None and not settled:   # the whole text is held: its encoding is decided on all of it now
+        enc, data = textscan.detect_encoding(path)
+        settled = True
+    if data is None:
+        data = path.read_bytes()
+    rest = lines[pre.skip:]
+    sep = preamble.sniff_separator(rest[0] if rest else "")
+    return enc, preamble.rewrite(data, pre, sep), settled, pre
 
 
 def _are_dates(head: pl.DataFrame | None, column: str, path: Path) -> bool:
@@ -221,13 +280,7 @@ def _head(src: Source) -> pl.DataFrame | None:
         return None  # the full read will report what is wrong, with a line number
 
 
-def _header(first: str, sep: str) -> list[str]:
-    """Column names exactly as polars will name them (quotes removed, spaces kept)."""
-    try:
-        return pl.read_csv(io.BytesIO(first.encode() + b"\n"), separator=sep, n_rows=0,
-                           infer_schema_length=0).columns
-    except pl.exceptions.PolarsError:
-        return [c.strip('"') for c in first.split(sep)]
+_header = preamble.header_names
 
 
 def _text_extras(src: Source, forced: set[str]) -> list[str]:
@@ -284,7 +337,7 @@ FAST_FORMATS = ((r"^\d{4}-\d{2}-\d{2}$", "%Y-%m-%d"), (r"^\d{4}-\d{2}-\d{2} \d{2
 def sniff_date_format(src: Source) -> str | None:
     """How the date column is read fast: YYYYMMDD when it is 8-digit integers, a strptime format from
     FAST_FORMATS when every first cell has its shape, else None (dates.parse_dates on the text)."""
-    if is_parquet(src.path) or src.head is None:
+    if is_parquet(src.path) or src.head is None or src.date_format is not None:
         return None
     col = src.head[src.date_column].cast(pl.String).drop_nulls()
     if not col.len():

@@ -111,7 +111,7 @@ def sniff_encoding(path: Path) -> tuple[str, bytes | None, bool]:
 
 
 def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = False,
-         stop: threading.Event | None = None) -> bool:
+         stop: threading.Event | None = None, first_line: int = 1) -> bool:
     """The whole-file checks of a CSV in one pass, a block at a time: the field count of every line (as
     :func:`check_lines`, raising InputError at the first wrong one) and, with ``utf8``, that the text is UTF-8.
 
@@ -121,6 +121,7 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
         path: the file (read unless ``data``, its bytes, is given).
         utf8: check the encoding too (a file whose first block was ASCII, see :func:`sniff_encoding`).
         stop: set by the caller when the result is no longer wanted.
+        first_line: the file's own number of the text's first line (lines skipped before it, preamble.py).
 
     Returns:
         False when ``utf8`` and the text is not UTF-8 (the caller reads it as GB18030), else True.
@@ -143,7 +144,8 @@ def scan(path: Path, data: bytes | None, sep: str, n_fields: int, utf8: bool = F
     if ok is None:
         return False
     if quoted or not ok:
-        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path)
+        exact_lines(np.frombuffer(data, dtype=np.uint8) if data is not None else map_file(path), sep, n_fields, path,
+                    first_line)
     return True
 
 

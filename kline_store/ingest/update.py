@@ -20,18 +20,19 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, columns as C, dates as D, exchanges as XC, frames as FR, panel as P
+from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, grid, panel as P
 from ..store import lock, manifest as mf, safefs, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
-from .bars import Axis, Bars, read_bars, read_calendar
+from .bars import Axis, Bars, read_bars, read_calendar, where_day
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
+from .options import AxisOptions, ReadOptions
 from .report import IngestReport
 from ..store.snapshot import Store, open_store
 
@@ -53,13 +54,17 @@ class Plan:
     reason: str
     factor_source: str | None     # how adj_factor is obtained after this append (see adjust.factor_source)
     calendar_source: str | None = None   # a --calendar given to this append (recorded in the manifest)
+    marks: dict = field(default_factory=dict)   # the exchange followed, days assumed weekdays (manifest keys)
 
 
 def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map: Sequence[str] | None = None,
            user_map: dict[str, str] | None = None, strict: bool = False, dry_run: bool = False,
            wait: float = 0.0, quiet: bool = True, symbol_pattern: str | None = None,
-           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False,
-           exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None) -> IngestReport:
+           symbol: str | None = None, na: Sequence[str] = (), skip_bad: bool = False, round_stamps: bool = False,
+           exclude: Sequence[str] = (), calendar: str | os.PathLike | None = None,
+           assume_weekdays: bool = False,
+           date_format: str | None = None, skip_rows: int | None = None, no_header: bool = False,
+           columns: Sequence[str] | str | None = None) -> IngestReport:
     """Append new days and symbols from ``inputs`` to the store; apply revisions of stored bars.
 
     Args:
@@ -70,47 +75,76 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         dry_run: compute and report the changes; write nothing.
         wait: seconds to wait for another writer's lock.
         symbol: the symbol of a single input without a symbol column (``--symbol``).
-        na, skip_bad, exclude: as for ``ingest``.
+        na, skip_bad, exclude, round_stamps: as for ``ingest``.
 
     ``inputs`` may be a pandas or polars DataFrame, as for ``ingest``.
         calendar: a file of trading dates listing the new dates of a store built with a calendar file (its
-            dates join the store's calendar, as a full ingest with this file would have them).
+            dates join the store's calendar, as a full ingest with this file would have them), or an exchange
+            code (``"XSHG"``): the exchange's sessions, followed by later appends too. A store ingested with
+            ``calendar="XSHG"`` or ``sessions="XSHG"`` takes the exchange's next sessions without it.
+        assume_weekdays: past the last day whose holidays the installed exchange_calendars records, take the
+            exchange's weekdays (holidays unknown; marked in the manifest, and kept by later appends).
+        date_format, skip_rows, no_header, columns: as for ``ingest``; without ``date_format``, the store's own
+            (recorded by the ingest that used one).
 
     Returns:
         IngestReport whose ``extra`` says the mode, new dates/symbols and changed cells per symbol.
     """
+    read = ReadOptions.of(map=map, user_map=user_map, strict=strict, symbol_pattern=symbol_pattern, symbol=symbol,
+                          na=na, skip_bad=skip_bad, exclude=exclude, round_stamps=round_stamps,
+                          date_format=date_format, skip_rows=skip_rows, no_header=no_header, columns=columns)
+    return append_with(store, inputs, read, AxisOptions(calendar=calendar, assume_weekdays=assume_weekdays),
+                       dry_run=dry_run, wait=wait, quiet=quiet)
+
+
+def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: AxisOptions, *, dry_run: bool = False,
+                wait: float = 0.0, quiet: bool = True) -> IngestReport:
+    """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
-    if FR.is_frame(inputs):
-        with FR.as_file(inputs, symbol, {**(user_map or {}), **C.parse_mapping(map)}) as path:
-            return append(store, [path], map=map, user_map=user_map, strict=strict, dry_run=dry_run, wait=wait,
-                          quiet=quiet, symbol=symbol, na=na)
+    if FR.is_frame(inputs):   # read like a file, with every option a file takes
+        with FR.as_file(inputs, read, _store_zone(store)) as path:
+            return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
         raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
-    umap = dict(user_map or {})
-    umap.update(C.parse_mapping(map))
-    if symbol is not None:
-        symbol_pattern = fixed_symbol(symbol, expand_inputs(as_input_list(inputs)), symbol_pattern)
-    with D.exchange_zone(Axis.of(head).timezone):   # stamps with UTC offsets: to the store's clock
-        bars = read_bars(as_input_list(inputs), user_map=umap, strict=strict, quiet=quiet,
-                         symbol_pattern=symbol_pattern, na=tuple(na or ()), skip_bad=skip_bad,
-                         exclude=tuple(exclude or ()))
+    if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest
+        read = read.replace(date_format=head["date_format"])
+    if read.symbol is not None:
+        read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
+                                                        read.symbol_pattern))
+    with D.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
+        try:
+            bars = read_bars(as_input_list(inputs), read, quiet=quiet)
+        except InputError as exc:
+            if "--date-format" in str(exc) and read.date_format == head.get("date_format"):
+                raise InputError(f"{exc} (the store's, recorded at ingest; pass --date-format FMT for this "
+                                 f"file's dates)") from None
+            raise
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
-    extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None else None
+    calendar = options.calendar
+    code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
+    extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
+    bars = grid.check_append(head, bars, store_dir, read.skip_bad)   # daily or 5-minute bars into a 1-minute store: no
+    note_moved = D.moved_note(moved, Axis.of(head).timezone) if head.get("freq", TA.DAILY) == TA.DAILY else None
+    if note_moved:
+        bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
+    exchange = XC.Exchange.of(head, code, options.assume_weekdays)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
-            plan, _ = _plan(old, bars, extra_cal)
+            plan, _ = _plan(old, bars, extra_cal, exchange)
             version = old.version
             freq = old.manifest.get("bar") or old.freq
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
                 W.prepare(store_dir, old.manifest)
-                plan, rebase = _plan(old, bars, extra_cal)
+                plan, rebase = _plan(old, bars, extra_cal, exchange)
                 plan.calendar_source = str(calendar) if calendar is not None else None
+                if read.date_format:
+                    plan.marks["date_format"] = read.date_format
                 committed = old.manifest
                 try:
                     if plan.mode == "tail":
@@ -136,27 +170,38 @@ def append(store: str | os.PathLike, inputs: Sequence[str | os.PathLike], *, map
         "revised cells": f"{sum(plan.changed.values())} in {len(plan.changed)} symbol(s)" + (
             ": " + ", ".join(f"{k} {v}" for k, v in top[:10]) + (" ..." if len(top) > 10 else "") if top else ""),
     }
-    if plan.new_symbols and symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
+    if plan.new_symbols and read.symbol is None and all("symbol" not in s["columns"].values() for s in bars.sources):
         extra["new symbols"] += (", named after the input file name(s): to add the bars to a stored symbol, pass "
                                  "--symbol NAME (symbol=) for one file, or --symbol-pattern")
     return IngestReport(store_dir, version, len(bars.files), len(bars), len(plan.symbols), len(cal),
                         str(cal[0]), str(cal[-1]), plan.fields, bars.problems, bars.skipped_empty,
                         bars.dropped_columns, time.perf_counter() - t0, extra,
-                        freq=freq, skipped_files=bars.skipped)
+                        freq=freq, skipped_files=bars.skipped, notes=list(bars.notes))
 
 
-def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> tuple[Plan, dict[str, float]]:
+def _store_zone(store) -> str | None:
+    """The exchange zone a store records (stamps of a DataFrame in several zones are converted to it), if any."""
+    try:
+        return Axis.of(mf.read_manifest(Path(store))).timezone
+    except Exception:   # no store there, or not a path: append_with says so
+        return None
+
+
+def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None
+          ) -> tuple[Plan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
                                      bars.fields)
-    return make_plan(old, bars, calendar), rebase
+    return make_plan(old, bars, calendar, exchange), rebase
 
 
 def calendar_file_of(manifest: dict) -> str | None:
     """The calendar file a daily store was built with (``--calendar`` or a Qlib ``day.txt``), else None (its
-    calendar is the union of its inputs' dates, a session template, or a resampling)."""
+    calendar is the union of its inputs' dates, a session template, an exchange's, or a resampling)."""
     src = manifest.get("calendar_source")
     if not src or manifest.get("sessions") or str(src).startswith(("union of", "sessions ", "resampled from")):
+        return None
+    if manifest.get("exchange") or XC.code_like(src):   # --calendar XSHG (recorded as the code before "exchange")
         return None
     return str(src)
 
@@ -171,9 +216,11 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
                          f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
 
 
-def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> Plan:
+def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None) -> Plan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
+    exchange = exchange or XC.Exchange.of(old.manifest, None, False)
+    where = where_day(bars, axis.unit)
     if axis.freq == TA.DAILY and bars.intraday:
         size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
         if size != TA.DAILY:   # several bars of a symbol on one day, not just a varying close stamp
@@ -194,14 +241,22 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> Pla
         # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
         # date (it ended at its latest bar): the calendar a full ingest of all the data would have.
         # The input's own stamps are not part of it: a bar outside the sessions is an error, as in ingest.
-        if calendar is not None:
+        if calendar is not None or exchange.given:
             raise InputError("--calendar lists trading dates of daily stores; an intraday store's calendar is its "
                              "sessions")
         span = np.r_[days, old_days[-1:]]
-        sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp)
+        sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp, where,
+                                             axis.sessions if exchange.assume_weekdays else None)
                         if axis.exchange else SE.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
         cal = np.union1d(old_days, sessions_cal)
         _outside(old, bars, days, cal, f"sessions ({axis.sessions.name})")
+    elif exchange.code is not None and calendar is None:
+        # A store that follows an exchange: its next sessions come from exchange_calendars (a calendar file
+        # given to this append lists them instead: the way past the library's last covered day).
+        if axis.freq != TA.DAILY:
+            raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
+        cal = XC.extend_days(exchange.code, old_days, days, where, exchange.assume_weekdays)
+        _outside(old, bars, days, cal, f"calendar ({exchange.code} sessions)")
     elif calendar is not None or calendar_file_of(old.manifest) is not None:
         # A store built with a calendar file: its dates are the calendar's, never the input's. New dates come
         # from a calendar the user passes (as a full ingest with that file would have them).
@@ -245,12 +300,13 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None) -> Pla
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
         return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
+    marks = exchange.marks(old.manifest, cal, axis.unit, axis.sessions is None) if calendar is None else {}
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
     return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
-                reason or "new days/symbols only", source)
+                reason or "new days/symbols only", source, marks=marks)
 
 
 def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
@@ -362,7 +418,9 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
     """Build and publish the new version's manifest; returns it as published."""
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
-             "adj_factor_source": plan.factor_source, **universes.carried(m)}   # spans are dates: kept as they are
+             "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
+             **{k: m[k] for k in ("assumed_weekdays", "date_format") if m.get(k)}, **plan.marks,
+             mf.STORE_ID_KEY: m.get(mf.STORE_ID_KEY)}                          # None: commit gives it one
     if plan.factor_source == adjust.INPUT:
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:

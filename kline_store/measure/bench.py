@@ -31,7 +31,7 @@ import torch
 
 from ..errors import InputError
 from ..feed.loader import describe_config
-from ..feed.placement import usable_cores
+from ..system.cores import usable_cores
 from ..progress import Progress
 from ..samples.dataset import KlineDataset
 from ..store import open_store

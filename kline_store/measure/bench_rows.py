@@ -21,7 +21,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from ..feed.loader import describe_config
-from ..feed.placement import readahead, usable_cores
+from ..system.cores import usable_cores
+from ..system.pages import readahead
 from ..feed.prefetch import KeepTorchThreads, SingleThreaded, single_threaded_torch
 from ..samples.dataset import KlineDataset
 from ..samples.gather import window_view

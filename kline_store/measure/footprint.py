@@ -122,7 +122,7 @@ def measure_here(store: str | os.PathLike, window: int = 64, batch_size: int = 2
     file's pages dropped from the page cache first (those no other process maps)."""
     import torch  # noqa: F401  (imported before the start: the interpreter's own memory is not the loader's)
 
-    from ..feed.sampling import index_dtype
+    from ..system.indexes import index_dtype
     from ..samples.dataset import KlineDataset
     from ..store import open_store
 

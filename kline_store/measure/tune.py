@@ -20,7 +20,7 @@ import torch
 from ..feed.config import config_key, device_kind, normalize_config, save_config
 from ..samples.dataset import KlineDataset
 from ..errors import InputError
-from ..feed.placement import usable_cores
+from ..system.cores import usable_cores
 from ..progress import Progress
 from .timing import shut_down, time_batches
 

@@ -35,6 +35,7 @@ from .pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
 from ..store.universes import Universe
+from ..feed.source import MAX_BLOCK_BYTES, default_pool
 
 SEG_BYTES = 64 << 10          # bars per segment: about this many bytes of a row
 FULL_INDEX_FRACTION = 0.5     # the full index (and its build) may take this share of the available memory
@@ -104,7 +105,7 @@ class BlockIndex:
         self._cache: dict[int, np.ndarray] = {}
         self._source: Any = None                             # (panel, plan) to compute segments from
         self.pages = Mappings()                              # whose pages prefetch and release advise
-        self._fd: int | None = None
+        self._store: Any = None   # whose advise_file drops released blocks from the page cache
         self._row_stride = 0
         self._n_fields = 0
         self._lock = threading.Lock()
@@ -165,12 +166,12 @@ class BlockIndex:
         self._lookup = None
         self._cache.clear()
 
-    def attach(self, panel: np.ndarray, plan: SamplePlan, fd: int | None, row_stride: int, n_fields: int,
+    def attach(self, panel: np.ndarray, plan: SamplePlan, store: Any, row_stride: int, n_fields: int,
                member: Universe | None = None) -> None:
         """What segments are computed from (the store's panel, the universe its counts kept) and whose pages
-        prefetch and release advise."""
+        prefetch and release advise (``store``: its ``advise_file``, or None)."""
         self._source = (panel, plan, member)
-        self._fd, self._row_stride, self._n_fields = fd, row_stride, n_fields
+        self._store, self._row_stride, self._n_fields = store, row_stride, n_fields
 
     def add_mapping(self, flat: np.ndarray) -> None:
         """A flat mapping of the data file (the gather's): its pages are populated and dropped with blocks.
@@ -341,13 +342,13 @@ class BlockIndex:
         base = s * self.n_segments
         for k in range(k0, k1):
             self._cache.pop(base + k, None)
-        self.pages.drop(self._fd, [self._bytes(s, k0, k1, False)])
+        self.pages.drop(self._store, [self._bytes(s, k0, k1, False)])
 
 
 def attach_store(index: BlockIndex, store: Any, plan: SamplePlan, member: Universe | None = None) -> None:
     """Compute segments from ``store``'s panel (on ``member``'s days); advise its pages (its shared mapping, its
     pinned descriptor)."""
-    index.attach(store.panel, plan, getattr(store, "_fd", None), store.row_stride, store.n_fields, member)
+    index.attach(store.panel, plan, store, store.row_stride, store.n_fields, member)
     index.pages.set_shared(mapping_base(store.panel))
 
 
@@ -440,6 +441,10 @@ class BlockSource:
     @property
     def keeps_full_index(self) -> bool:
         return not isinstance(self._index(), BlockIndex)
+
+    def block_defaults(self, batch_size: int) -> tuple[int, int]:
+        """The loader's default pool of live blocks, and the largest block (``MAX_BLOCK_BYTES`` of a row)."""
+        return default_pool(batch_size), MAX_BLOCK_BYTES
 
     def read_bytes(self) -> int:
         """Bytes of the store samples read (every field of the days any sample reads: what the page cache holds)."""

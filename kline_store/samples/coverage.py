@@ -93,12 +93,23 @@ def fields_without_windows(store: Any, plan: Any, names: Sequence[str], rows: np
     fields = [store.fields.index(f) for f in names]
     have = has_fields(store.panel, first, last, idle, fields, d0, d1)
     with_bars = int(((first[rows] >= 0) & (first[rows] <= d1) & (last[rows] >= d0)).sum())
-    for j, f in enumerate(names):
-        lack = int((~have[:, j]).sum())
-        if lack:
-            note(f"{store.path}/{store.version}/nowindow/{f}/{plan!r}",
-                 f"{store.path}: field {f!r} has no value in range for {lack} of the {with_bars} symbols with bars "
-                 f"there: they have no window; leave it out of fields= to keep them")
+    lacking = {f: int(n) for f, n in zip(names, (~have).sum(axis=0)) if n}
+    if len(lacking) == 1:
+        (f, lack), = lacking.items()
+        note(f"{store.path}/{store.version}/nowindow/{f}/{plan!r}",
+             f"{store.path}: field {f!r} has no value in range for {lack} of the {with_bars} symbols with bars "
+             f"there: they have no window; leave it out of fields= to keep them")
+    elif lacking:   # one line for them all: a symbol out of a universe in a split lacks every field (158 of them)
+        counts = set(lacking.values())
+        how = f"{counts.pop()}" if len(counts) == 1 else f"up to {max(lacking.values())}"
+        note(f"{store.path}/{store.version}/nowindow/{','.join(lacking)}/{plan!r}",
+             f"{store.path}: {len(lacking)} fields ({_short(list(lacking))}) have no value in range for {how} of the "
+             f"{with_bars} symbols with bars there: they have no window; leave them out of fields= to keep them")
+
+
+def _short(names: list[str], keep: int = 4) -> str:
+    shown = ", ".join(map(repr, names[:keep]))
+    return shown if len(names) <= keep else f"{shown}, ..."
 
 
 def with_default_fields(spec: SampleSpec, store: Any, rows: np.ndarray) -> SampleSpec:

@@ -24,6 +24,7 @@ from .dataset import KlineDataset, position
 from .ranges import DateLike
 from ..errors import InputError
 from ..feed.loader import KlineLoader
+from ..feed.options import LoaderOptions
 from ..store import Store
 
 
@@ -237,9 +238,13 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
         across the symbols, a pool of ``pool_blocks`` (default max(64, 8 x batch_size)) live at a time.
 
         Under torch.distributed every rank reads one store version (see :meth:`KlineDataset._agree`)."""
+        return self.loader_with(LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                                 drop_last=drop_last, num_workers=num_workers, **options))
+
+    def loader_with(self, options: LoaderOptions) -> KlineLoader:
+        """The loader of ``options``, every option in one object (:class:`~kline_store.feed.options.LoaderOptions`)."""
         version = self.windows.version
         self.windows._agree()
         if self.windows.version != version:
             self._build()
-        return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                           num_workers=num_workers, **options)
+        return KlineLoader(self, options=options)

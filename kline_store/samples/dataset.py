@@ -33,19 +33,22 @@ import torch
 
 from . import coverage, windows as W
 from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
-from ..feed.buffers import Layout
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
 from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, resident_gather, sample_layout
 from .pages import read_rows, release_rows
-from ..feed.loader import KlineLoader, agreed_version
-from ..feed.placement import host_available_bytes, readahead
+from ..feed.loader import KlineLoader
+from ..feed.options import LoaderOptions
 from ..feed.shm import WorkerRing
+from ..feed.source import BatchLayout
 from ..features.plan import field_roles
 from .spec import Adjust, FieldRoles, Normalize, SamplePlan, SampleSpec, resolve
 from ..store import Store, open_store
 from ..store.universes import Universe
+from ..memory import mem_available
+from ..system.pages import readahead
+from ..system.ranks import agreed_version
 
 # Windows used to estimate z-score statistics (spread evenly over the index) and per gather call while doing so.
 ZSCORE_SAMPLE = 65536
@@ -173,7 +176,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
             if len(self._valid) == 0:
                 raise InputError(self._explain_empty())
             return
-        read_rows(st, host_available_bytes() // 2)   # the stored days, not the rows' reserved room
+        read_rows(st, mem_available() // 2)   # the stored days, not the rows' reserved room
         self._valid, self._bars = self._full_valid()
         if len(self._valid) == 0:
             raise InputError(self._explain_empty())
@@ -447,7 +450,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
 
     # -- what the loader uses (loader.BatchSource) ---------------------------------------------
     @property
-    def batch_layout(self) -> Layout:
+    def batch_layout(self) -> BatchLayout:
         """Shape and dtype of one sample per key (all samples have one shape)."""
         return sample_layout(self.plan)
 
@@ -474,9 +477,13 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
         delivered on ``device``. See :class:`kline_store.feed.loader.KlineLoader` for every option.
 
         Under torch.distributed every rank reads one store version (see :meth:`_agree`)."""
+        return self.loader_with(LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                                 drop_last=drop_last, num_workers=num_workers, **options))
+
+    def loader_with(self, options: LoaderOptions) -> KlineLoader:
+        """The loader of ``options``, every option in one object (:class:`~kline_store.feed.options.LoaderOptions`)."""
         self._agree()
-        return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                           num_workers=num_workers, **options)
+        return KlineLoader(self, options=options)
 
     def __repr__(self) -> str:
         p = self.plan

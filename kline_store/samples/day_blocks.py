@@ -25,7 +25,7 @@ import numpy as np
 
 from . import windows as W
 from ..errors import InputError, StoreError
-from ..feed.block_feed import MAX_BLOCK_BYTES
+from ..feed.source import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
 from .blocks import FULL_INDEX_FRACTION, page_dropper, universe_key, window_bounds
 from .count_cache import (cache_file, cache_key, cached, forget, ignore, read_arrays, sample_rng, save_arrays,
@@ -98,7 +98,7 @@ class DayBlocks:
         self._cached_bytes = 0
         self._source: Any = None                                   # (panel, plan) to compute segments from
         self.pages = Mappings()                                    # whose pages prefetch and release advise
-        self._fd: int | None = None
+        self._store: Any = None   # whose advise_file drops released blocks from the page cache
         self._row_stride = self._n_fields = self._n_rows = 0
         self._lock = threading.Lock()
         self.compute_days = True    # False beside a by-day table: prefetch only reads pages
@@ -148,7 +148,7 @@ class DayBlocks:
         """Compute segments from ``store``'s panel (on ``member``'s days); advise its pages (its shared mapping, its
         pinned descriptor)."""
         self._source = (store.panel, plan, member)
-        self._fd, self._row_stride, self._n_fields = getattr(store, "_fd", None), store.row_stride, store.n_fields
+        self._store, self._row_stride, self._n_fields = store, store.row_stride, store.n_fields
         self._n_rows = store.n_symbols if self.rows is None else len(self.rows)
         self.pages.set_shared(mapping_base(store.panel))
 
@@ -312,7 +312,7 @@ class DayBlocks:
         with self._lock:
             for k in range(k0, k1):
                 self._forget(k)
-        self.pages.drop(self._fd, self._ranges(k0, k1, False))
+        self.pages.drop(self._store, self._ranges(k0, k1, False))
 
 
 def build_day_blocks(store: Any, plan: SamplePlan, rows: np.ndarray | None, min_count: int,

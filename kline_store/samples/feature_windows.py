@@ -23,6 +23,7 @@ from ..errors import InputError
 from ..features.evaluate import evaluate
 from ..features.plan import FIELD_ALIASES, make_plan
 from ..feed.loader import KlineLoader
+from ..feed.options import LoaderOptions
 from ..store.snapshot import Store, open_store
 from .dataset import KlineDataset, position
 
@@ -74,7 +75,10 @@ class FeatureWindows(torch.utils.data.Dataset):
             self._names[name] = stored
         return sorted(set(self._names.values()), key=list(store_fields).index)
 
-    # -- the BatchSource protocol (feed/loader.py) -------------------------------------------
+    # -- the BatchSource protocol (feed/source.py) -------------------------------------------
+    block_order_ok = False    # the uniform order only: features are computed per window, not per block
+    keeps_full_index = True
+
     @property
     def path(self) -> Path:
         return self.base.path
@@ -152,9 +156,13 @@ class FeatureWindows(torch.utils.data.Dataset):
                num_workers: int | None = None, **options: Any) -> KlineLoader:
         """As :meth:`KlineDataset.loader`: features are computed in the gather threads (or on the device). Under
         torch.distributed every rank reads one store version (see :meth:`KlineDataset._agree`)."""
+        return self.loader_with(LoaderOptions.of(batch_size=batch_size, shuffle=shuffle, seed=seed,
+                                                 drop_last=drop_last, num_workers=num_workers, **options))
+
+    def loader_with(self, options: LoaderOptions) -> KlineLoader:
+        """The loader of ``options``, every option in one object (:class:`~kline_store.feed.options.LoaderOptions`)."""
         self.base._agree()
-        return KlineLoader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-                           num_workers=num_workers, **options)
+        return KlineLoader(self, options=options)
 
     def __repr__(self) -> str:
         return (f"FeatureWindows({str(self.base.path)!r}, {len(self)} windows, window={self._window} (+{self.extra} "

@@ -6,19 +6,14 @@ the device's read-around). Advice only: a failure costs speed, never a wrong sam
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
-from ..feed.placement import _madvise
-
-_MADV_DONTNEED = 4
-_MADV_RANDOM = 1
-_MADV_WILLNEED = 3
-_MADV_POPULATE_READ = 22
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+from ..system.pages import MADV_DONTNEED as _MADV_DONTNEED, MADV_POPULATE_READ as _MADV_POPULATE_READ
+from ..system.pages import MADV_RANDOM as _MADV_RANDOM, MADV_WILLNEED as _MADV_WILLNEED, PAGE as _PAGE
+from ..system.pages import madvise as _madvise
 ROOM_PROBES = 64   # rows whose reserved room is looked up in the page cache (mincore) after a pass
 
 
@@ -42,8 +37,10 @@ def advise_read(maps: list[np.ndarray], ranges: Iterable[tuple[int, int]]) -> No
                 _madvise(aligned, hi - lo + (start - aligned), advice)
 
 
-def advise_drop(maps: list[np.ndarray], fd: int | None, ranges: Iterable[tuple[int, int]]) -> None:
-    """Drop the whole pages inside byte ranges of the data file from each mapping and from the page cache."""
+def advise_drop(maps: list[np.ndarray], store: Any, ranges: Iterable[tuple[int, int]]) -> None:
+    """Drop the whole pages inside byte ranges of the data file from each mapping and (through ``store``'s
+    ``advise_file``, when there is a store) from the page cache."""
+    whole = []
     for lo, hi in ranges:
         lo = -(-lo // _PAGE) * _PAGE
         hi -= hi % _PAGE
@@ -52,11 +49,9 @@ def advise_drop(maps: list[np.ndarray], fd: int | None, ranges: Iterable[tuple[i
         for m in maps:
             if m.ctypes.data % _PAGE == 0:
                 _madvise(m.ctypes.data + lo, hi - lo, _MADV_DONTNEED)
-        if fd is not None:
-            try:
-                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
-            except (OSError, AttributeError):
-                pass
+        whole.append((lo, hi - lo))
+    if store is not None and whole:
+        store.advise_file(whole, "dontneed")
 
 
 class Mappings:
@@ -82,8 +77,8 @@ class Mappings:
     def read(self, ranges: Iterable[tuple[int, int]]) -> None:
         advise_read(self.gather or ([self.shared] if self.shared is not None else []), ranges)
 
-    def drop(self, fd: int | None, ranges: Iterable[tuple[int, int]]) -> None:
-        advise_drop(self.gather + ([self.shared] if self.shared is not None else []), fd, ranges)
+    def drop(self, store: Any, ranges: Iterable[tuple[int, int]]) -> None:
+        advise_drop(self.gather + ([self.shared] if self.shared is not None else []), store, ranges)
 
 
 def mapping_base(panel: np.ndarray) -> np.ndarray | None:
@@ -109,14 +104,9 @@ def read_rows(store: Any, budget: int) -> None:
     """Ask the kernel to read every row's stored days ahead (at most ``budget`` bytes), before a pass over the panel
     reads them: the pass then finds them in the page cache, and the read-around of its page faults (128 KiB and
     more) never pulls in the zeros of the rows' reserved room, which would take as much page cache again."""
-    fd = getattr(store, "_fd", None)
-    if fd is None or store.logical_bytes > budget:
+    if store.logical_bytes > budget:
         return
-    for off, length in _row_ranges(store, room=False):
-        try:
-            os.posix_fadvise(fd, off, length, os.POSIX_FADV_WILLNEED)
-        except (OSError, AttributeError):
-            return
+    store.advise_file(_row_ranges(store, room=False), "willneed")
 
 
 def release_rows(store: Any) -> None:
@@ -129,16 +119,12 @@ def release_rows(store: Any) -> None:
     if base is None:
         return
     _madvise(base.ctypes.data, base.nbytes - base.nbytes % _PAGE, _MADV_DONTNEED)
-    fd = getattr(store, "_fd", None)
     room = _row_ranges(store, room=True)
-    if fd is None or not room or not _any_resident(base, room[:: max(1, len(room) // ROOM_PROBES)]):
+    if not room or not _any_resident(base, room[:: max(1, len(room) // ROOM_PROBES)]):
         return
-    try:   # in one call: a folio across two rows is inside no single row's range (pages others map stay)
-        os.posix_fadvise(fd, 0, store.n_symbols * store.row_stride * 4, os.POSIX_FADV_DONTNEED)
-        for off, used in _row_ranges(store, room=False):
-            os.posix_fadvise(fd, off, used, os.POSIX_FADV_WILLNEED)
-    except (OSError, AttributeError):
-        pass
+    # in one call: a folio across two rows is inside no single row's range (pages others map stay)
+    store.advise_file([(0, store.n_symbols * store.row_stride * 4)], "dontneed")
+    store.advise_file(_row_ranges(store, room=False), "willneed")
 
 
 _libc_mincore: Any = False   # looked up once
@@ -172,7 +158,7 @@ def drop_rows(store: Any, a: int, b: int) -> None:
     base = mapping_base(store.panel)
     lo, hi = a * store.row_stride * 4, b * store.row_stride * 4
     hi = min(hi, base.nbytes) if base is not None else hi
-    advise_drop([base] if base is not None else [], getattr(store, "_fd", None), [(lo, hi)])
+    advise_drop([base] if base is not None else [], store, [(lo, hi)])
 
 
 __all__ = ["Mappings", "advise_drop", "advise_read", "drop_rows", "mapping_base", "mark_random", "read_rows",

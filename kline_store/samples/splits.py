@@ -11,6 +11,7 @@ from .dataset import KlineDataset
 from .ranges import DateLike, split_bounds
 from ..errors import InputError
 from ..features.plan import field_roles
+from ..feed.options import split_options
 from ..store import Store, open_store
 
 
@@ -69,6 +70,10 @@ def make_splits(path: str | os.PathLike | Store, train: tuple[DateLike, DateLike
     unknown = sorted(k for k in options if k in ("validation", "eval", "dev"))
     if unknown:
         raise InputError(f"make_splits: unknown split {unknown[0]!r}; the splits are train, val (or valid), test")
+    loading, _ = split_options(options)
+    if loading:
+        raise InputError(f"make_splits({sorted(loading)[0]}=...): a loader option; give it to a split's "
+                         f".loader(...), or to KlineDataModule, which passes it to every split's loader")
     if symbols is not None:
         options["symbols"] = symbols
     st = path if isinstance(path, Store) else open_store(path)

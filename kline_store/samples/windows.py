@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..feed.sampling import index_dtype
+from ..system.indexes import index_dtype
 from .spec import SamplePlan
 
 # Symbols per chunk when scanning the panel: bounds temporaries to a few tens of MB.

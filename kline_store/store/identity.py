@@ -48,6 +48,12 @@ def record(st: Store) -> dict:
             "row_crc32": [int(c) for c in data["row_crc32"][: st.n_symbols]]}
 
 
+def summary(st: Store) -> dict:
+    """A derived store's ``sources`` entry for ``st``: path, store id, version, data file and its checksum."""
+    return {"path": str(st.path), KEY: store_id(st.manifest), "version": st.version,
+            "generation": int(st.manifest["data"]["generation"]), "checksum": st.manifest["data"]["checksum"]}
+
+
 def _short(sid) -> str:
     return str(sid)[:12] if sid else "none (written before store ids)"
 
@@ -57,11 +63,15 @@ def change(rec: dict, st: Store) -> str:
     reason naming the difference. Reads only the days appended since (to extend the recorded checksums)."""
     if not isinstance(rec, dict) or not isinstance(rec.get("row_crc32"), list) or "checksum" not in rec:
         return "this store does not record its source's identity (written by an older kline-store)"
+    if not all(type(rec.get(k)) is int for k in ("version", "generation", "n_symbols", "n_dates", "n_fields")) \
+            or not all(type(c) is int and 0 <= c < 1 << 32 for c in rec["row_crc32"]) \
+            or not (rec.get(KEY) is None or isinstance(rec.get(KEY), str)):
+        return "this store's record of its source is damaged (its manifest's source entry)"
     was, now = rec.get(KEY), store_id(st.manifest)
     if was is not None and was != now:
         return (f"{st.path} is another store than the one this store was computed from (store id {_short(now)}, "
                 f"recorded {_short(was)}): deleted and ingested again, replaced, or a link to another store")
-    if st.version < rec.get("version", 0):
+    if st.version < rec["version"]:
         return (f"{st.path} is at version {st.version}, before version {rec.get('version')} this store was "
                 "computed from (re-created or restored from a copy)")
     if st.manifest["data"]["generation"] != rec.get("generation") or st.n_fields != rec.get("n_fields"):
@@ -79,11 +89,11 @@ def change(rec: dict, st: Store) -> str:
         return ""
     panel = st.panel
     for r in range(n_old):
-        got = zlib.crc32(np.ascontiguousarray(panel[r, t_old:]).data, int(rec["row_crc32"][r]) & 0xFFFFFFFF)
+        got = zlib.crc32(np.ascontiguousarray(panel[r, t_old:]).data, rec["row_crc32"][r])
         if got != int(crcs[r]):
             return (f"{st.path}: the bars of {st.symbols[r]} up to {st.dates[t_old - 1] if t_old else 'its start'}"
                     f" differ from those this store was computed from (its data file was rewritten in place)")
     return ""
 
 
-__all__ = ["KEY", "change", "current_id", "new_store_id", "record", "store_id"]
+__all__ = ["KEY", "change", "current_id", "new_store_id", "record", "store_id", "summary"]

@@ -14,7 +14,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -205,7 +205,8 @@ class Store:
         """Summary as plain JSON types (what `kline-store info --json` prints)."""
         m = self.manifest
         return {
-            "path": str(self.path), "version": self.version, "symbols": self.symbols, "fields": self.fields,
+            "path": str(self.path), "store_id": m.get(mf.STORE_ID_KEY), "version": self.version,
+            "symbols": self.symbols, "fields": self.fields,
             "start": str(self.dates[0]) if self.n_dates else None,
             "end": str(self.dates[-1]) if self.n_dates else None,
             "n_dates": self.n_dates, "n_symbols": self.n_symbols,
@@ -214,8 +215,30 @@ class Store:
             "created_at": m.get("created_at"), "updated_at": m.get("updated_at"),
             "freq": self.freq, "bar": self.bar, "timezone": m.get("timezone", "exchange-local, naive"),
             "sessions": m.get("sessions"),
+            "calendar": m.get("calendar_source"), "exchange": m.get("exchange"),
+            "assumed_weekdays": m.get("assumed_weekdays"), "date_format": m.get("date_format"),
             "universes": {u: self.membership(u).summary() for u in self.universes},
         }
+
+    def advise_file(self, ranges: Iterable[tuple[int, int]], advice: str) -> None:
+        """Page-cache advice over byte ranges ``(offset, length)`` of the data file, through the descriptor this
+        store opened and pinned: "willneed" (read them ahead) or "dontneed" (drop them). Advice only: on a closed
+        store, a platform without ``posix_fadvise`` or a failure it costs speed, never data."""
+        fd = self._fd
+        if advice not in ("willneed", "dontneed"):
+            raise InputError(f"advise_file: advice={advice!r}; expected 'willneed' or 'dontneed'")
+        if fd is None:
+            return
+        try:
+            flag = os.POSIX_FADV_WILLNEED if advice == "willneed" else os.POSIX_FADV_DONTNEED
+            for offset, length in ranges:
+                os.posix_fadvise(fd, offset, length, flag)
+        except (OSError, AttributeError):
+            pass
+
+    def data_file_size(self) -> int:
+        """Bytes of the data file this store opened and pinned (0 once closed)."""
+        return os.fstat(self._fd).st_size if self._fd is not None else 0
 
     def close(self) -> None:
         self._raw = None
@@ -330,7 +353,7 @@ def verify(path: str | os.PathLike) -> Verification:
         return out
     with st:
         out.problems.extend(st.check_checksums())
-        size = os.fstat(st._fd).st_size if st._fd is not None else 0
+        size = st.data_file_size()
         if size < st.manifest["data"]["size"]:
             out.problems.append(f"{st.data_file.name}: size {size} differs from manifest {st.manifest['data']['size']}")
         if mf.CHECKSUM_KEY not in st.manifest:

@@ -218,3 +218,54 @@ def test_derived_stores_record_their_sources_identity(computed, tmp_path):
         assert p.manifest["features"]["processed_from"]["store_id"] == f.manifest["store_id"]
         assert p.manifest["features"]["processed_from"]["checksum"] == f.manifest["data"]["checksum"]
         assert p.manifest["sources"][0]["store_id"] == f.manifest["store_id"]
+
+
+def test_a_resampled_store_records_its_sources_identity(computed, tmp_path):
+    from kline_store.ingest.resample import resample
+    base, _ = computed
+    resample(base, tmp_path / "weekly", "1w")
+    with open_store(base) as b, open_store(tmp_path / "weekly") as w:
+        src = w.manifest["sources"][0]
+        assert src["store_id"] == b.manifest["store_id"] and src["checksum"] == b.manifest["data"]["checksum"]
+        assert src["version"] == b.version and w.manifest["store_id"] != b.manifest["store_id"]
+
+
+@pytest.mark.parametrize("point", ["features:tail:grown", "features:tail:written", "commit:copied",
+                                   "features:filled"])
+def test_kill9_during_an_update_leaves_the_old_version_and_the_next_update_equals_a_full_one(computed, tmp_path,
+                                                                                              point):
+    import signal
+    import subprocess
+    import sys
+    from kline_store.store.snapshot import verify_store
+    base, feats = computed
+    if point == "features:filled":                                    # a full recompute: the source re-created
+        shutil.rmtree(base)
+        reissued(tmp_path, base)
+    else:
+        append(base, [folder(tmp_path / "more", frames(1, 80), 60)])
+    before = (feats / "manifest.json").read_bytes()
+    r = subprocess.run([sys.executable, "-m", "kline_store.cli", "features", str(feats), "--update"],
+                       capture_output=True, env=dict(os.environ, KLINE_STORE_CRASH_AT=point))
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert (feats / "manifest.json").read_bytes() == before and verify_store(feats) == []
+    rep = update_features(feats)
+    assert rep.mode == ("full" if point == "features:filled" else "tail")
+    assert equals_full(feats, base, tmp_path)
+
+
+def test_info_json_shows_the_store_id(computed):
+    base, _ = computed
+    info = json.loads(run_cli("info", str(base), "--json").stdout)
+    assert info["store_id"] == open_store(base).manifest["store_id"]
+
+
+@pytest.mark.parametrize("damage", [lambda s: s.update(row_crc32=["x"] * len(s["row_crc32"])),
+                                    lambda s: s.update(version="1"), lambda s: s.update(store_id=7)])
+def test_a_damaged_record_of_the_source_recomputes_in_full(computed, tmp_path, damage):
+    base, feats = computed
+    strip(feats, lambda m: damage(m["features"]["source"]))
+    append(base, [folder(tmp_path / "more", frames(1, 80), 60)])
+    rep = update_features(feats)
+    assert rep.mode == "full" and "damaged" in rep.reason
+    assert equals_full(feats, base, tmp_path)

@@ -352,7 +352,7 @@ def test_every_background_thread_is_joined_at_exit(ds, small_chunks):
     interpreter finalises), also once their loader is gone; the exit hook leaves none running."""
     import threading
 
-    from kline_store.feed import background
+    from kline_store.system import background
     ld = KlineLoader(ds, batch_size=8, shuffle=True, num_workers=2)
     it = iter(ld)
     next(it)

@@ -133,3 +133,29 @@ def test_ranks_cover_the_epoch_with_drop_last_batches():
     got = [np.concatenate(list(eb)) for eb in ranks]
     assert {len(g) for g in got} == {16} and {len(eb) for eb in ranks} == {4}
     assert len(set(np.concatenate(got).tolist())) == 48
+
+
+@pytest.mark.parametrize("order", ["uniform", "blocks"])
+def test_both_orders_share_one_resumable_state(order):
+    """EpochBatches and BlockBatches keep their position and state in ResumableOrder: the same keys, the same
+    epoch roll-over, the same checks of a state given back."""
+    from kline_store.feed.block_feed import BlockBatches
+
+    make = (lambda: S.EpochBatches(50, 8, True, 3)) if order == "uniform" else \
+        (lambda: BlockBatches(np.full(5, 10), 8, True, 3, pool=2, lifetime=2))
+    s = make()
+    assert isinstance(s, S.ResumableOrder) and s.order == order and s.residency is None
+    shared = ["epoch", "seed", "position", "n", "shuffle", "rank", "world_size", "tail", "batch_size", "drop_last"]
+    assert list(s.state_dict())[:len(shared)] == shared
+    s.advance(16)
+    state = s.state_dict()
+    again = make()
+    again.load_state_dict(state)
+    assert (again.epoch, again.position, len(again), again.remaining()) == (0, 16, 7, 5)
+    again.advance(34)
+    assert (again.epoch, again.position) == (1, 0)
+    for bad, match in [([1], "is a list"), ({**state, "position": -1}, "position=-1"),
+                       ({**state, "seed": 4}, "seed=4"), ({**state, "position": 51}, "outside the epoch"),
+                       ({**state, "order": "other"}, "order='other'")]:
+        with pytest.raises(InputError, match=match):
+            make().load_state_dict(bad)

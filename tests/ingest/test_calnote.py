@@ -57,3 +57,11 @@ def test_no_note_for_one_market(inputs, tmp_path):
     files, _ = inputs
     rep = ingest(files, tmp_path / "us")
     assert rep.notes == [] and not any(ln.startswith("note") for ln in rep.lines())
+
+
+def test_one_of_two_symbols_trading_a_date_is_noted(inputs, tmp_path):
+    files, eu = inputs
+    rep = ingest([files[0], eu], tmp_path / "two")
+    line = next(n for n in rep.notes if n.startswith("calendar:"))
+    assert line.startswith("calendar: 7 date(s) traded by one of the two symbols listed then (2013-07-04, ")
+    assert "NaN days for 1 symbol(s)" in line

@@ -151,7 +151,8 @@ ZONES = ["", "Z", "+08:00", "-0530", "+0000"]
 @st.composite
 def stamps(draw):
     """Strings in every date pattern of dates.py, with and without a clock (24- or 12-hour), offset or Z."""
-    moments = draw(st.lists(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2100, 12, 31)),
+    # up to 2099: converted to an exchange's zone, offset stamps after 2099 lose daylight saving (docs/limits.md)
+    moments = draw(st.lists(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2099, 12, 31)),
                             min_size=1, max_size=5))
     fmt = draw(st.sampled_from(C.DATE_FORMATS))
     clock = draw(st.sampled_from(CLOCKS))

@@ -135,3 +135,19 @@ def test_has_fields_equals_a_brute_force_read(n_sym, n_dates, seed, holes):
     got = coverage.has_fields(panel, first, last, rows, [2, 0], lo, hi)
     want = [[bool(np.isfinite(panel[r, lo: hi + 1, f]).any()) for f in (2, 0)] for r in rows]
     assert got.tolist() == want
+
+
+def test_many_fields_without_a_value_are_one_line(tmp_path):
+    """A symbol with bars in range but no value of any input (out of a universe there, say) is one note, not one
+    per field (158 lines for Alpha158)."""
+    panel = bars(4, 120)
+    panel[3, 60:, :] = np.nan
+    panel[3, 60:, 3] = 1.0                       # its close (a bar) stays, every other field is missing
+    path = make_store(tmp_path / "s", panel)
+    with pytest.warns(RuntimeWarning) as rec:
+        ds = ks.KlineDataset(path, window=8, start=str(ks.open_store(path).dates[80])[:10],
+                             fields=["open", "high", "low", "volume", "amount"])
+    assert symbols_of(ds) == {0, 1, 2}
+    assert notes(rec) == [f"kline-store: {path}: 5 fields ('open', 'high', 'low', 'volume', ...) have no value in "
+                          f"range for 1 of the 4 symbols with bars there: they have no window; leave them out of "
+                          f"fields= to keep them"]

@@ -304,3 +304,19 @@ def test_a_wide_store_opens_reading_only_its_rows_used_bytes(tmp_path):
     resident = _resident_pages(data)
     assert resident <= 3 * n, f"{resident} pages cached for {n} rows of 40 bytes"   # a page (or two) per row
     assert took < 30
+
+
+def test_the_data_file_is_advised_and_sized_through_the_store(tmp_path):
+    """What other wings read the store's pinned descriptor for, as methods: its size, and page-cache advice."""
+    from kline_store.errors import InputError
+
+    make(tmp_path / "s")
+    st = open_store(tmp_path / "s")
+    assert st.data_file_size() == os.path.getsize(st.data_file) >= st.manifest["data"]["size"]
+    st.advise_file([(0, 4096)], "willneed")
+    st.advise_file([(0, st.data_file_size())], "dontneed")
+    with pytest.raises(InputError, match="advice='random'"):
+        st.advise_file([(0, 4096)], "random")
+    st.close()
+    assert st.data_file_size() == 0
+    st.advise_file([(0, 4096)], "dontneed")   # a closed store: nothing to advise, no error
