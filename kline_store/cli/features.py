@@ -24,9 +24,11 @@ from ..progress import silenced
 @click.option("--update", is_flag=True, help="STORE is a features store: compute the bars its source gained.")
 @click.option("--device", default="cpu", help="cpu, cuda or cuda:N: where the panel blocks are computed.")
 @click.option("--replace", is_flag=True, help="Recompute an existing features store at OUT.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads, each on its own symbols (default: torch's thread count).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def features(store, out, sets, exprs, files, label, universe, update, device, replace, wait, quiet) -> None:
+def features(store, out, sets, exprs, files, label, universe, update, device, replace, threads, wait, quiet) -> None:
     """Compute features over STORE's panel into a new store at OUT, one field per feature plus the label:
     Qlib's expression language and its Alpha158/Alpha360 sets, equal to Qlib's values. With --update, STORE is
     a features store brought up to date with the bar store it was computed from."""
@@ -39,7 +41,7 @@ def features(store, out, sets, exprs, files, label, universe, update, device, re
             raise click.UsageError(f"--update recomputes what STORE's manifest records; {', '.join(given)} "
                                    "do not apply (compute a new store with -o instead)")
         with silenced(quiet):
-            rep = update_features(store, device, wait=wait, quiet=quiet)
+            rep = update_features(store, device, wait=wait, quiet=quiet, threads=threads)
     else:
         if not out:
             raise click.UsageError("give -o OUT for the features store to write (or --update)")
@@ -49,7 +51,7 @@ def features(store, out, sets, exprs, files, label, universe, update, device, re
             raise InputError("features: nothing to compute")
         with silenced(quiet):
             rep = compute_features(store, out, chosen, list(exprs) or None, lab, list(files), device,
-                                   replace=replace, wait=wait, quiet=quiet, universe=universe)
+                                   replace=replace, wait=wait, quiet=quiet, universe=universe, threads=threads)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

@@ -318,3 +318,19 @@ def test_operators_over_a_universe_equal_the_processors_over_it(frames, tmp_path
         want, got = panel(tmp_path / proc)[..., 0], panel(tmp_path / f"ours{proc}")[..., 0]
         assert np.array_equal(np.isnan(want), np.isnan(got)), proc
         assert np.isfinite(got).sum() > 300 and np.allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True), proc
+
+
+def test_threads_keep_cross_sections_whole():
+    """Threads split the symbols into tasks: a cross-section still spans every symbol of the day."""
+    import torch
+    from kline_store.features.evaluate import evaluate
+    gen = torch.Generator().manual_seed(3)
+    close = torch.rand(200, 40, generator=gen, dtype=torch.float32) + 1
+    close[5, 3] = float("nan")
+    first, last = torch.zeros(200, dtype=torch.int64), torch.full((200,), 39, dtype=torch.int64)
+    exprs = {"r": "CSRank($close)", "z": "CSZScore(Mean($close, 5))"}
+    one = evaluate(exprs, {"close": close}, first, last, threads=1).values
+    two = evaluate(exprs, {"close": close}, first, last, threads=2).values
+    assert torch.equal(one.isnan(), two.isnan()) and torch.equal(one.nan_to_num(), two.nan_to_num())
+    ranks = one[:, 10, 0]                        # day 10: ranks of 200 symbols, not of a task's 32
+    assert ranks.max().item() == 1.0 and abs(ranks.min().item() - 1 / 200) < 1e-6
