@@ -9,7 +9,12 @@
 2. A synthetic store of --symbols x --days (default 5,000 x 2,500): the full computation's time and peak RSS
    (a child process), then one appended day and `update_features`: the update's share of the full time.
 
+3. KunQuant 0.1.12 (its own virtualenv, scripts/_kunquant_env.sh): Alpha158 on one thread beside ours on the
+   real panel (interleaved rounds, process CPU seconds; see _bench_kunquant.py), evaluate on 1 and 2 threads
+   without and with a CPU hog on one core, and with --kunquant-synthetic SxT a synthetic panel with 9.5% NaN.
+
     python scripts/bench_features.py [--repeat 3] [--symbols 5000 --days 2500] [--skip-qlib] [--skip-scale]
+                                     [--skip-kunquant] [--kunquant-synthetic 5000x2500]
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_ingest import make_csv, run  # noqa: E402
+import _bench_kunquant as kunquant  # noqa: E402
 
 REAL = Path(os.environ.get("KLINE_REAL_DATA", ROOT.parent / "shared" / "data" / "real"))
 QLIB_PY = Path(os.environ.get("KLINE_QLIB_PYTHON", ROOT / ".venv-qlib" / "bin" / "python"))
@@ -162,12 +168,20 @@ def main() -> None:
     ap.add_argument("--days", type=int, default=2500)
     ap.add_argument("--skip-qlib", action="store_true")
     ap.add_argument("--skip-scale", action="store_true")
+    ap.add_argument("--skip-kunquant", action="store_true")
+    ap.add_argument("--kunquant-synthetic", metavar="SxT", help="also a synthetic panel, e.g. 5000x2500")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kline-features-"))
     try:
         res = {"load_before": os.getloadavg()[0], "qlib_comparison": qlib_comparison(work / "q", a.repeat,
                                                                                      a.skip_qlib)}
+        if not a.skip_kunquant and (work / "q" / "ashare").is_dir():
+            res["kunquant"] = kunquant.side_by_side(work / "q" / "ashare", work, a.repeat)
+            res["threads"] = kunquant.threads_rows(work / "q" / "ashare", a.repeat)
+        if a.kunquant_synthetic:
+            n_sym, n_days = (int(v) for v in a.kunquant_synthetic.lower().split("x"))
+            res["kunquant_synthetic"] = kunquant.synthetic(work, n_sym, n_days)
         if not a.skip_scale:
             (work / "s").mkdir()
             res["scale"] = scale(work / "s", a.symbols, a.days)
@@ -195,6 +209,8 @@ def main() -> None:
             print(f"  Qlib: {q.get('qlib')}")
     else:
         print(f"Qlib comparison: {q}")
+    for line in kunquant.lines(res):
+        print(line)
     s = res.get("scale")
     if s:
         print(f"scale: {s['symbols']} x {s['days']} x {s['fields']} fields ({s['output_gib']:.1f} GiB written): "

@@ -12,30 +12,36 @@ from ..progress import silenced
 @click.argument("store")
 @click.option("-o", "--out", type=click.Path(), help="The features store to write (not with --update).")
 @click.option("--set", "sets", multiple=True, metavar="NAME",
-              help="A named set: alpha158, alpha360 (repeatable; default alpha158 unless --expr/--file).")
+              help="A named set: alpha158, alpha360, alpha101, alpha101:FIELD (with the industry alphas, FIELD "
+                   "holding industry codes) (repeatable; default alpha158 unless --expr/--file).")
 @click.option("--expr", "exprs", multiple=True, metavar="NAME=EXPR",
               help="A Qlib expression, e.g. 'MA5=Mean($close, 5)/$close' (repeatable).")
 @click.option("--file", "files", multiple=True, type=click.Path(), help="A file of NAME=EXPR lines.")
 @click.option("--label", default="default", metavar="EXPR|NAME=EXPR|none",
               help="The label (default: LABEL0 = Ref($close, -2)/Ref($close, -1) - 1); 'none' for no label.")
+@click.option("--universe", metavar="NAME",
+              help="Cross-sectional operators (CSRank, ...) over universe NAME's members of each day.")
 @click.option("--update", is_flag=True, help="STORE is a features store: compute the bars its source gained.")
 @click.option("--device", default="cpu", help="cpu, cuda or cuda:N: where the panel blocks are computed.")
 @click.option("--replace", is_flag=True, help="Recompute an existing features store at OUT.")
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="CPU threads, each on its own symbols (default: torch's thread count).")
 @click.option("--wait", type=float, default=0.0, help="Seconds to wait if another writer holds OUT.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress, no summary.")
-def features(store, out, sets, exprs, files, label, update, device, replace, wait, quiet) -> None:
+def features(store, out, sets, exprs, files, label, universe, update, device, replace, threads, wait, quiet) -> None:
     """Compute features over STORE's panel into a new store at OUT, one field per feature plus the label:
     Qlib's expression language and its Alpha158/Alpha360 sets, equal to Qlib's values. With --update, STORE is
     a features store brought up to date with the bar store it was computed from."""
     from ..features.compute import compute_features, update_features
     if update:
         given = [n for n, v in (("-o", out), ("--set", sets), ("--expr", exprs), ("--file", files),
-                                ("--replace", replace)) if v] + (["--label"] if label != "default" else [])
+                                ("--replace", replace), ("--universe", universe)) if v] + \
+            (["--label"] if label != "default" else [])
         if given:
             raise click.UsageError(f"--update recomputes what STORE's manifest records; {', '.join(given)} "
                                    "do not apply (compute a new store with -o instead)")
         with silenced(quiet):
-            rep = update_features(store, device, wait=wait, quiet=quiet)
+            rep = update_features(store, device, wait=wait, quiet=quiet, threads=threads)
     else:
         if not out:
             raise click.UsageError("give -o OUT for the features store to write (or --update)")
@@ -45,7 +51,7 @@ def features(store, out, sets, exprs, files, label, update, device, replace, wai
             raise InputError("features: nothing to compute")
         with silenced(quiet):
             rep = compute_features(store, out, chosen, list(exprs) or None, lab, list(files), device,
-                                   replace=replace, wait=wait, quiet=quiet)
+                                   replace=replace, wait=wait, quiet=quiet, universe=universe, threads=threads)
     if not quiet:
         click.echo("\n".join(rep.lines()))
 

@@ -14,6 +14,8 @@ reading the whole series; no room left) is a full recompute, said so in the repo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,10 +27,13 @@ import torch
 from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
 from ..progress import Progress, silenced
-from ..store import identity, lock, manifest as mf, safefs, writer as W
+from ..store import identity, lock, manifest as mf, reclaim, safefs, writer as W
 from ..store.snapshot import Store, open_store
+from .cross_section import crossing, restrict
 from .evaluate import evaluate
+from .nodes import Node, fields_of
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
+from .stages import MEMBERS, stage
 
 # Bytes of working memory one block of symbols may take (inputs, every live intermediate, outputs): bounds the
 # process however large the output store is. Less where less is available (a cgroup's limit included): a share
@@ -53,6 +58,7 @@ class FeatureReport:
     device: str
     missing_fields: list[str] = field(default_factory=list)
     version: int = 0
+    missing_readers: list[str] = field(default_factory=list)   # the features that read a missing field
 
     def lines(self) -> list[str]:
         what = {"full": "computed", "tail": "appended", "none": "up to date"}[self.mode]
@@ -62,8 +68,13 @@ class FeatureReport:
         if self.reason:
             out.append(f"note: full recompute: {self.reason}")
         if self.missing_fields:
+            readers = self.missing_readers
+            plural = "s" if len(readers) != 1 else ""
+            which = (f" ({len(readers)} feature{plural}: {', '.join(readers[:8])}{', ...' if len(readers) > 8 else ''})"
+                     if readers else "")
             out.append(f"warning missing_field: the store has no {', '.join('$' + f for f in self.missing_fields)}"
-                       f": expressions reading it are NaN (as in Qlib)")
+                       f": expressions reading it{which} read NaN, as in Qlib (a comparison with NaN is 0, so "
+                       "such a feature may be 0 rather than NaN)")
         return out
 
 
@@ -137,36 +148,111 @@ def spans(st: Store, d0: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.where(has, first - d0, st.n_dates), np.where(has, st.n_dates - 1 - d0, -1)
 
 
-def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
-                   device: torch.device) -> np.ndarray:
-    """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
-    [fields, rows, days] float32, each at the day it describes (not yet shifted)."""
+@dataclass(frozen=True)
+class Cross:
+    """A plan's cross-sectional operators evaluated over every symbol (stages.py): the plan's expressions with
+    those nodes replaced by pseudo-fields, and the pseudo-fields' (and universe members') values, [symbols, days
+    d0 ..]. A block pass reads its rows of them."""
+
+    exprs: dict[str, Node]
+    values: dict[str, torch.Tensor]
+
+
+def _block(st: Store, rows: slice, d0: int, exprs: dict[str, Node], index: dict[str, int], device: torch.device,
+           extra: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
+           threads: int | None = None) -> torch.Tensor:
     block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
     values = {name: torch.from_numpy(np.ascontiguousarray(block[:, :, k])).to(device)
               for name, k in index.items()}
+    values.update({name: v[rows] for name, v in extra.items()})
     if not values:                                     # nothing the store has: every field reads NaN
         values = {"__none__": torch.full(block.shape[:2], float("nan"), device=device)}
     first, last = spans(st, d0)
-    ev = evaluate({f.name: f.node for f in plan.fields}, values, torch.from_numpy(first[rows]),
-                  torch.from_numpy(last[rows]))
-    return ev.values.permute(2, 0, 1).cpu().numpy()   # evaluate's own layout: no copy
+    ev = evaluate(exprs, values, torch.from_numpy(first[rows]), torch.from_numpy(last[rows]), dtype=dtype,
+                  threads=threads)
+    return ev.values.permute(2, 0, 1)                  # evaluate's own layout: no copy
+
+
+def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
+                   device: torch.device, cross: Cross | None = None, threads: int | None = None) -> np.ndarray:
+    """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
+    [fields, rows, days] float32, each at the day it describes (not yet shifted). A plan with cross-sectional
+    operators needs ``cross`` (cross_inputs) for the same ``d0``. threads: evaluate's."""
+    exprs = cross.exprs if cross is not None else {f.name: f.node for f in plan.fields}
+    return _block(st, rows, d0, exprs, index, device, cross.values if cross is not None else {},
+                  threads=threads).cpu().numpy()
+
+
+def cross_inputs(st: Store, plan: FeaturePlan, index: dict[str, int], device: torch.device, rows: int,
+                 d0: int = 0) -> Cross | None:
+    """The plan's cross-sectional operators over every symbol on days ``d0 ..`` (blocks of ``rows`` symbols for
+    their operands), over the members of ``plan.universe`` when it names one; None for a plan without them."""
+    nodes = {f.name: f.node for f in plan.fields}
+    if not any(crossing(n) for n in nodes.values()):
+        return None
+    values: dict[str, torch.Tensor] = {}
+    if plan.universe is not None:
+        inside = st.membership(plan.universe).mask(None, d0, st.n_dates)
+        values[MEMBERS.name] = torch.from_numpy(np.where(inside, 1.0, np.nan).astype(np.float32)).to(device)
+        nodes = {name: restrict(n, MEMBERS) for name, n in nodes.items()}
+
+    def run(operands: dict[str, Node], pseudo: dict[str, torch.Tensor]) -> torch.Tensor:
+        extra = {**values, **pseudo}
+        return torch.cat([_block(st, slice(lo, min(lo + rows, st.n_symbols)), d0, operands, index, device, extra,
+                                 torch.float64) for lo in range(0, st.n_symbols, rows)], dim=1)
+    operands = max(2, BLOCK_BYTES // max(1, 8 * st.n_symbols * (st.n_dates - d0)))   # float64 panels a call
+    roots, pseudo = stage(list(nodes.values()), run, operands)
+    return Cross(dict(zip(nodes, roots)), {**values, **pseudo})
+
+
+def universe_digest(st: Store, name: str | None) -> str | None:
+    """A hash of universe ``name``'s spans as the store records them (open spans stay open across appends)."""
+    if name is None:
+        return None
+    st.membership(name)                                # a one-line error naming the universes there are
+    return hashlib.sha256(json.dumps(st.manifest["universes"][name], sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Symbols a step of the layout copy takes: [fields, 4, days] -> [4, days, fields] stays in the caches, where
+# a field at a time writes every symbol's row with a stride of a whole cell (2.6x slower on the real panel).
+_PLACE_SYMBOLS = 4
+
+
+def _runs(plan: FeaturePlan) -> list[tuple[int, int, int]]:
+    """(k0, k1, lookahead): consecutive fields that look equally far ahead (Alpha158: one run and the label)."""
+    runs: list[tuple[int, int, int]] = []
+    for k, f in enumerate(plan.fields):
+        if runs and runs[-1][2] == f.lookahead and runs[-1][1] == k:
+            runs[-1] = (runs[-1][0], k + 1, f.lookahead)
+        else:
+            runs.append((k, k + 1, f.lookahead))
+    return runs
 
 
 def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
     """Stored cells ``u0 .. u1`` (calendar indices) as [rows, days, fields] from expression-major values
     computed for days ``d0 ..``: a field that looks ``a`` bars ahead is stored at the day ``a`` bars after
-    the one it describes (NaN before that). Field by field into the stored layout: no second full copy."""
-    out = np.empty((vals.shape[1], u1 - u0, vals.shape[0]), dtype=np.float32)
-    for k, f in enumerate(plan.fields):
-        lo = min(u1, max(u0, d0 + f.lookahead))        # first cell whose described day was computed
-        out[:, : lo - u0, k] = np.nan
-        if lo < u1:
-            out[:, lo - u0:, k] = vals[k, :, lo - f.lookahead - d0: u1 - f.lookahead - d0]
+    the one it describes (NaN before that). A few symbols at a time, a run of fields at once: a blocked
+    transpose, no second full copy."""
+    n_rows = vals.shape[1]
+    out = np.empty((n_rows, u1 - u0, vals.shape[0]), dtype=np.float32)
+    for k0, k1, ahead in _runs(plan):
+        lo = min(u1, max(u0, d0 + ahead))              # first cell whose described day was computed
+        out[:, : lo - u0, k0:k1] = np.nan
+        if lo >= u1:
+            continue
+        src = vals[k0:k1, :, lo - ahead - d0: u1 - ahead - d0]
+        for r0 in range(0, n_rows, _PLACE_SYMBOLS):
+            r1 = min(n_rows, r0 + _PLACE_SYMBOLS)
+            out[r0:r1, lo - u0:, k0:k1] = src[:, r0:r1].transpose(1, 2, 0)
     return out
 
 
 def _meta(st: Store, plan: FeaturePlan) -> dict:
-    return {**plan.manifest(), "source": identity.record(st)}   # what --update checks before it appends
+    source = identity.record(st)                               # what --update checks before it appends
+    if plan.universe is not None:
+        source["universe_digest"] = universe_digest(st, plan.universe)
+    return {**plan.manifest(), "source": source}
 
 
 def time_axis(st: Store) -> dict:
@@ -186,7 +272,8 @@ def source_entry(st: Store, key: str) -> dict:
 
 
 def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, block: int | None,
-                capacity: int | None, store_id: str | None = None) -> tuple[dict, list[str]]:
+                capacity: int | None, store_id: str | None = None,
+                threads: int | None = None) -> tuple[dict, list[str]]:
     """A new generation of ``out`` with every field of every symbol (under the caller's lock); ``store_id``:
     a new store's id (None: an update keeps the store's)."""
     index, missing = _sources(st, plan)
@@ -195,9 +282,10 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     gen = W.NewGeneration(out, generation + 1, st.n_symbols, st.n_dates, len(plan.fields),
                           capacity or st.date_capacity)
     try:
+        cross = cross_inputs(st, plan, index, device, rows)
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
-            vals = evaluate_block(st, sl, 0, plan, index, device)
+            vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads)
             gen.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
         W.crashpoint("features:filled")
         data = gen.finish()
@@ -217,7 +305,8 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
 
 def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, sets=("alpha158",), exprs=None,
                      label: str | None = "default", files=(), device: str = "cpu", *, replace: bool = False,
-                     wait: float = 0.0, block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+                     wait: float = 0.0, block_symbols: int | None = None, quiet: bool = True,
+                     universe: str | None = None, threads: int | None = None) -> FeatureReport:
     """Compute a features store at ``out`` from the bar store ``store``.
 
     Args:
@@ -230,15 +319,20 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
         device: "cpu" or a CUDA device: where the blocks are computed.
         block_symbols: symbols per block, a positive int (default: what fits in block_budget(): BLOCK_BYTES, or
             half the memory this process may still take, a cgroup's limit included, when that is less).
+        universe: a universe of the store: cross-sectional operators (CSRank, ...) over its members of each
+            day, NaN for the other symbols (the other operators see every symbol, as Qlib's series do).
+        threads: CPU threads, each computing its own symbols with one torch thread (default:
+            torch.get_num_threads()); the values do not depend on it.
 
     Raises:
         InputError: a bad expression or set, a target in the way; StoreError: a damaged source store.
     """
     t0 = time.perf_counter()
     block_symbols = check_block_symbols(block_symbols)
-    plan = make_plan(sets, exprs, label, files)
+    plan = make_plan(sets, exprs, label, files, universe=universe)
     dev = _device(device)
     st = store if isinstance(store, Store) else open_store(store)
+    universe_digest(st, universe)                      # an unknown universe: before any work
     if not isinstance(out, (str, os.PathLike)):
         raise InputError(f"out={out!r}: expected a store directory path")
     out = Path(out)
@@ -247,10 +341,16 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
     instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
                "recomputes it")
     with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
-        m, missing = _write_full(out, st, plan, dev, block_symbols, None, mf.new_store_id())
-        W.collect(out, m)
+        m, missing = _write_full(out, st, plan, dev, block_symbols, None, mf.new_store_id(), threads)
+        reclaim.collect_in_background(out, m)  # the replaced version's files: off the critical path
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
-                         time.perf_counter() - t0, str(dev), missing, m["version"])
+                         time.perf_counter() - t0, str(dev), missing, m["version"], _readers(plan, missing))
+
+
+def _readers(plan: FeaturePlan, missing: list[str]) -> list[str]:
+    """The plan's features that read one of the missing fields."""
+    gone = set(missing)
+    return [f.name for f in plan.fields if fields_of(f.node) & gone]
 
 
 def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
@@ -265,13 +365,19 @@ def _full_reason(m: dict, st: Store, plan: FeaturePlan) -> str:
         return "the source store's symbols or calendar no longer extend this store's"
     if plan.max_lookback is None:
         return "a feature reads the whole series (an expanding or exponential window)"
+    crosses = any(crossing(f.node) for f in plan.fields)
+    if crosses and st.n_symbols > n_old:
+        return "new symbols join the past days' cross-sections (a cross-sectional operator)"
+    if crosses and m[META_KEY]["source"].get("universe_digest") != universe_digest(st, plan.universe):
+        return f"universe {plan.universe}'s spans changed"
     if st.n_dates > m["shape"]["date_capacity"]:
         return "the room reserved for appended days is used up"
     return ""
 
 
 def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float = 0.0,
-                    block_symbols: int | None = None, quiet: bool = True) -> FeatureReport:
+                    block_symbols: int | None = None, quiet: bool = True,
+                    threads: int | None = None) -> FeatureReport:
     """Bring a features store up to date with its source store (recorded in its manifest).
 
     New days of stored symbols cost O(new bars x longest window); new symbols their whole history. The result
@@ -304,22 +410,22 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
                                  time.perf_counter() - t0, str(dev), version=m["version"])
         try:
             if reason:
-                new, missing = _write_full(out, st, plan, dev, block_symbols, None)
+                new, missing = _write_full(out, st, plan, dev, block_symbols, None, threads=threads)
                 mode, bars = "full", st.n_symbols * st.n_dates
             else:
-                new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols)
+                new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols, threads)
                 mode = "tail"
         except BaseException:
             W.clean_failed_write(out, held, first=False)
             raise
         W.clean_staging(out)
-        W.collect(out, new)
+        reclaim.collect_in_background(out, new)
     return FeatureReport(out, mode, reason, st.n_symbols, st.n_dates, plan.names, bars, time.perf_counter() - t0,
-                         str(dev), missing, new["version"])
+                         str(dev), missing, new["version"], _readers(plan, missing))
 
 
 def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.device,
-                block: int | None) -> tuple[dict, list[str], int]:
+                block: int | None, threads: int | None = None) -> tuple[dict, list[str], int]:
     """New days of stored symbols and whole new symbols, written where no committed version looks."""
     index, missing = _sources(st, plan)
     n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
@@ -334,13 +440,15 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     per_part = [block_rows(t_new - start, plan, block=block) for _, _, start, _ in parts]  # refused here
     crcs = np.concatenate([np.asarray(m["data"]["row_crc32"][:n_old], dtype=np.uint32),
                            np.zeros(n_rows - n_old, dtype=np.uint32)])
+    cross = cross_inputs(st, plan, index, device, block or block_rows(t_new - d0, plan), d0)
     bar = Progress(n_rows, "computing", unit="symbols")
     try:
         with W.tail_append(out, out / m["data"]["file"], n_rows * stride, ranges, crash="features:tail") as fd:
             for (r0, r1, start, u0), rows in zip(parts, per_part):
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
-                    cells = place_cells(evaluate_block(st, sl, start, plan, index, device), start, u0, t_new, plan)
+                    vals = evaluate_block(st, sl, start, plan, index, device, cross if r0 == 0 else None, threads)
+                    cells = place_cells(vals, start, u0, t_new, plan)
                     for i in range(cells.shape[0]):
                         safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
                     crcs[sl] = mf.row_crcs(cells, crcs[sl])
@@ -357,5 +465,5 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     return W.commit(out, new), missing, bars
 
 
-__all__ = ["BLOCK_BYTES", "FeatureReport", "block_rows", "compute_features", "evaluate_block", "place_cells",
-           "spans", "update_features"]
+__all__ = ["BLOCK_BYTES", "Cross", "FeatureReport", "block_rows", "compute_features", "cross_inputs",
+           "evaluate_block", "place_cells", "spans", "universe_digest", "update_features"]

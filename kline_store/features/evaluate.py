@@ -12,7 +12,10 @@ began before the block; expanding windows (lookback None) need the whole series)
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Mapping, Sequence, Union
 
@@ -21,10 +24,12 @@ from torch import Tensor
 
 from kline_store.errors import InputError
 
-from .nodes import Call, Const, Field, Node, fields_of, postorder
 from . import infinity
+from .cross_section import crossing, restrict
+from .nodes import Call, Const, Field, Node, fields_of, postorder
 from .ops import apply
 from .parse import parse
+from .stages import MEMBERS, stage
 from .window import Span, mask
 
 Expr = Union[str, Node]
@@ -178,25 +183,99 @@ def _check(values: Mapping[str, Tensor], first: Tensor, last: Tensor) -> tuple[i
     return shape
 
 
+# Symbols one threaded task takes at least: a pass over a block costs ~25 ms of Python and dispatch whatever
+# its size, so tasks much smaller than this would spend their time there.
+MIN_TASK_SYMBOLS = 32
+
+
+def threads_for(threads: int | None) -> int:
+    """Worker threads for evaluate: the given count, else torch's (torch.set_num_threads, OMP_NUM_THREADS)."""
+    if threads is None:
+        return max(1, torch.get_num_threads())
+    if int(threads) < 1:
+        raise InputError(f"threads={threads}: expected 1 or more")
+    return int(threads)
+
+
+@contextmanager
+def _one_intra_op_thread():
+    """torch's own (intra-op) threads set to 1 while the blocks run, the caller's count restored after: ~4,400
+    small kernels each followed by an OpenMP barrier make torch's threads slower than one (3x on a machine
+    where another process holds a core); parallelism comes from the symbol blocks instead."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
-             last: Tensor, symbols_per_pass: int | None = None) -> Evaluation:
+             last: Tensor, symbols_per_pass: int | None = None, members: Tensor | None = None,
+             dtype: torch.dtype = torch.float32, threads: int | None = None) -> Evaluation:
     """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
     one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
-    freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols never
-    interact, so the passes give the same values)."""
+    freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols interact
+    only in cross-sectional operators, evaluated over all symbols between passes: stages.py; the passes give
+    the same values). members: bool [S, T], a universe's member days: cross-sections hold those only
+    (other cells of a cross-sectional operator are NaN). dtype: of the values returned. threads (default:
+    torch.get_num_threads()): on the CPU, blocks of symbols run side by side, one task a block, each with one
+    torch thread; the values are the same whatever the count."""
     named = _named(exprs)
     roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
     n_sym, n_bars = _check(values, first, last)
     sample = next(iter(values.values()))
     wanted = frozenset().union(*(fields_of(r) for r in roots))
     missing = frozenset(f for f in wanted if f not in values)
-    # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
-    out = torch.empty((len(roots), n_sym, n_bars), dtype=torch.float32, device=sample.device)
     order, _ = _order(roots)
+    n_computed = len(order)
     step = symbols_per_pass or max(1, n_sym)
-    for s0 in range(0, n_sym, step):
-        rows = slice(s0, min(n_sym, s0 + step))
+    workers = threads_for(threads) if sample.device.type == "cpu" else 1
+    if workers > 1:  # a few tasks a worker, so that one slowed by a busy core hands work to the others
+        step = min(step, max(MIN_TASK_SYMBOLS, math.ceil(n_sym / (4 * workers))))
+    # after the split into tasks: cross-sections over tasks' symbols would be wrong (stages.py)
+    if any(crossing(r) for r in roots):
+        roots, values = _cross(roots, values, first, last, step, members, threads)
+        wanted = frozenset().union(*(fields_of(r) for r in roots))
+        order, _ = _order(roots)
+    # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
+    out = torch.empty((len(roots), n_sym, n_bars), dtype=dtype, device=sample.device)
+    tasks = [slice(s0, min(n_sym, s0 + step)) for s0 in range(0, n_sym, step)]
+
+    def task(rows: slice) -> None:
         part = {name: v[rows] for name, v in values.items()}
         _one_pass(roots, order, part, first[rows], last[rows], wanted, out[:, rows])
-    return Evaluation(out.permute(1, 2, 0), tuple(named), missing, len(order), tuple(lookback(r) for r in roots),
+
+    if sample.device.type != "cpu":
+        for rows in tasks:
+            task(rows)
+    elif workers == 1 or len(tasks) == 1:
+        with _one_intra_op_thread():
+            for rows in tasks:
+                task(rows)
+    else:
+        with _one_intra_op_thread(), ThreadPoolExecutor(min(workers, len(tasks)), initializer=torch.set_num_threads,
+                                                        initargs=(1,)) as pool:
+            for done in [pool.submit(task, rows) for rows in tasks]:
+                done.result()
+    return Evaluation(out.permute(1, 2, 0), tuple(named), missing, n_computed, tuple(lookback(r) for r in roots),
                       tuple(lookahead(r) for r in roots))
+
+
+def _cross(roots: list[Node], values: Mapping[str, Tensor], first: Tensor, last: Tensor, step: int,
+           members: Tensor | None, threads: int | None) -> tuple[list[Node], dict[str, Tensor]]:
+    """Roots and values for the passes: cross-sections restricted to the members, and evaluated over every
+    symbol between the passes when the passes split the symbols."""
+    values = dict(values)
+    if members is not None:
+        sample = next(iter(values.values()))
+        values[MEMBERS.name] = torch.where(members.to(sample.device), 1.0, float("nan")).to(torch.float32)
+        roots = [restrict(r, MEMBERS) for r in roots]
+    if step >= first.shape[0]:
+        return roots, values       # one pass holds every symbol: the operators run in it
+
+    def run(operands: dict[str, Node], pseudo: dict[str, Tensor]) -> Tensor:
+        ev = evaluate(operands, {**values, **pseudo}, first, last, step, dtype=torch.float64, threads=threads)
+        return ev.values.permute(2, 0, 1)
+    roots, pseudo = stage(roots, run)
+    return roots, {**values, **pseudo}

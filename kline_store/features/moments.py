@@ -2,7 +2,8 @@
 Rsquare, Resi.
 
 Each statistic is assembled from window sums of per-bar tensors (NaN filled with 0, validity as 0/1), and a
-window sum is `unfold(...).sum(-1)` over a view: every window summed afresh, no running sum that drifts, so
+window sum adds the window's own terms oldest first (`wsum`; the compiled kernel keeps that order, so both
+engines give the same bits): every window summed afresh, no running sum that drifts, so
 a window of zeros sums to exactly 0 (Qlib's SUMP-style 0/(0+1e-12) stays 0). Second moments (and the fit's
 positions) are taken about a centre inside each window, its newest valid value (and its middle slot): a
 window's sums then depend on its own values alone, never on where the block starts, so an update computed
@@ -25,6 +26,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import pad
 
+from . import kernels
 from .window import Span, shared
 
 _NAN = float("nan")
@@ -43,10 +45,29 @@ def running(n: int, n_bars: int) -> bool:
 
 
 def wsum(z: Tensor, n: int) -> Tensor:
-    """Sum of z over the n bars ending at each bar (bars before the block count as 0); n = 0: expanding."""
+    """Sum of z over the n bars ending at each bar (bars before the block count as 0); n = 0: expanding. The
+    window's terms are added oldest first: an order any engine can keep (the compiled kernel gives the same
+    bits; a reduction such as unfold().sum() would depend on the CPU's vector width)."""
     if running(n, z.shape[1]):
         return z.cumsum(1)  # expanding: a running sum from the block's start, no differences taken
-    return pad(z, (n - 1, 0)).unfold(1, n, 1).sum(-1)
+    kern = kernels.compiled_for(z)
+    if kern is not None:
+        return kernels.window_sum(kern, z, n)
+    n_bars = z.shape[1]
+    padded = pad(z, (n - 1, 0))
+    acc = padded[:, :n_bars].clone()
+    for k in range(1, n):
+        acc += padded[:, k : k + n_bars]
+    return acc
+
+
+def oldest_first(w: Tensor) -> Tensor:
+    """Sum of windows w [..., n] over their slots, slot 0 (the oldest) first: the order the compiled kernels
+    keep too (a reduction's order would depend on the CPU's vector width)."""
+    acc = w[..., 0].clone()
+    for k in range(1, w.shape[-1]):
+        acc += w[..., k]
+    return acc
 
 
 def centred(n: int, series: list[Tensor], fn: Callable[..., Tensor]) -> Tensor:
@@ -64,8 +85,11 @@ def centred(n: int, series: list[Tensor], fn: Callable[..., Tensor]) -> Tensor:
 
 
 def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
-    """Maximum (or minimum) of z over the n bars ending at each bar. (A van Herk running-extreme version was
-    measured slower: torch's cummax is several times slower than amax over an unfolded view.)"""
+    """Maximum (or minimum) of z (no NaN) over the n bars ending at each bar. (A van Herk running-extreme
+    version was measured slower: torch's cummax is several times slower than amax over an unfolded view.)"""
+    kern = kernels.compiled_for(z)
+    if kern is not None:
+        return kernels.window_extreme(kern, z, n, largest)
     if n >= z.shape[1]:
         return (z.cummax(1) if largest else z.cummin(1)).values
     fill = float("-inf") if largest else float("inf")
@@ -75,6 +99,9 @@ def wmax(z: Tensor, n: int, largest: bool = True) -> Tensor:
 
 def wcount(v: Tensor, n: int) -> Tensor:
     """Window sum of 0/1 values: running-sum differences, exact for integers in float64."""
+    kern = kernels.compiled_for(v)
+    if kern is not None:
+        return kernels.window_count(kern, v, n)
     c = pad(v.cumsum(1), (1, 0))
     return c[:, 1:] - pad(c, (n - 1, 0))[:, : v.shape[1]] if n < v.shape[1] else c[:, 1:]
 
@@ -116,9 +143,15 @@ class Prepared:
         """[S, T, 2]: sums of the centred valid values of each window of n bars, and of their squares."""
         def f(raw, v, c):
             d = (raw - c[..., -1:]).mul_(v)   # one copy of the windows, squared in place
-            s1 = d.sum(-1)
-            return torch.stack((s1, d.mul_(d).sum(-1)), -1)
-        return self._keep(("moments", n), lambda: centred(n, [self.raw, self.v, self.centre], f))
+            s1 = oldest_first(d)
+            return torch.stack((s1, oldest_first(d.mul_(d))), -1)
+
+        def make() -> Tensor:
+            kern = kernels.compiled_for(self.raw)
+            if kern is not None:
+                return kernels.centred_moments(kern, self.raw, self.v, self.centre, n)
+            return centred(n, [self.raw, self.v, self.centre], f)
+        return self._keep(("moments", n), make)
 
     @cached_property
     def centre(self) -> Tensor:
@@ -150,7 +183,12 @@ class Prepared:
 
     def flat(self, n: int) -> Tensor:
         """Windows whose valid values are all equal."""
-        return self._keep(("flat", n), lambda: self.extreme(n, True) == self.extreme(n, False))
+        def make() -> Tensor:
+            kern = kernels.compiled_for(self.x)
+            if kern is not None:
+                return kernels.flat_windows(kern, torch.where(self.valid, self.x, _NAN), n or self.x.shape[1])
+            return self.extreme(n, True) == self.extreme(n, False)
+        return self._keep(("flat", n), make)
 
 
 def prepared(x: Tensor, span: Span) -> Prepared:
@@ -175,6 +213,9 @@ def m_mean(x: Tensor, n: int, span: Span) -> Tensor:
 
 def _var(p: Prepared, n: int) -> Tensor:
     cnt, s1, s2 = p.count(n), p.s1(n), p.s2(n)
+    kern = kernels.compiled_for(cnt, s1, s2)
+    if kern is not None:
+        return kernels.var_tail(kern, cnt, s1, s2, p.flat(n))
     var = ((s2 - s1 * s1 / cnt) / (cnt - 1)).clamp(min=0)
     var = torch.where(p.flat(n), 0.0, var)
     return torch.where(cnt >= 2, var, _NAN)
@@ -217,8 +258,12 @@ def _co_moment(pa: Prepared, pb: Prepared, n: int) -> Tensor:
     if pa.running(n):
         return wsum(pa.d * pb.d, n)
 
+    kern = kernels.compiled_for(pa.raw, pb.raw)
+    if kern is not None:
+        return kernels.co_moment(kern, pa.raw, pb.raw, pa.v, pa.centre, pb.centre, n)
+
     def f(ra, rb, v, ca, cb):
-        return (ra - ca[..., -1:]).mul_(rb - cb[..., -1:]).mul_(v).sum(-1, keepdim=True)
+        return oldest_first((ra - ca[..., -1:]).mul_(rb - cb[..., -1:]).mul_(v))[..., None]
     return centred(n, [pa.raw, pb.raw, pa.v, pa.centre, pb.centre], f)[..., 0]
 
 
@@ -235,16 +280,35 @@ def _pair(a: Tensor, b: Tensor, n: int, span: Span) -> tuple[Tensor, Tensor, Ten
     return cnt, sab, saa, sbb
 
 
+def _compiled_pair(a: Tensor, b: Tensor, n: int, span: Span, corr: bool) -> tuple[Tensor, Tensor] | None:
+    """_pair's tail in one compiled pass (see compiled.pair_tail), when the compiled engine is on."""
+    pa, pb = _paired(a, b, span)
+    cnt = pa.count(n)
+    kern = kernels.compiled_for(cnt)
+    if kern is None:
+        return None
+    return kernels.pair_tail(kern, cnt, pa.s1(n), pb.s1(n), _co_moment(pa, pb, n), pa.s2(n), pb.s2(n),
+                             pa.flat(n), pb.flat(n), corr)
+
+
 def m_cov(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
+    fused = _compiled_pair(a, b, n, span, corr=False)
+    if fused is not None:
+        return fused[0]
     cnt, sab, _saa, _sbb = _pair(a, b, n, span)
     return torch.where(cnt >= 2, sab / (cnt - 1), _NAN)
 
 
 def m_corr(a: Tensor, b: Tensor, n: int, span: Span) -> Tensor:
     """pandas' pairwise corr (NaN where a variance is 0), then Qlib's guard on each input's own rolling std."""
-    cnt, sab, saa, sbb = _pair(a, b, n, span)
-    out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
-    out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
+    fused = _compiled_pair(a, b, n, span, corr=True)
+    if fused is not None:
+        num, prod = fused
+        out = num / prod.sqrt()  # num is NaN where the torch code below gives NaN before the std guard
+    else:
+        cnt, sab, saa, sbb = _pair(a, b, n, span)
+        out = torch.where(cnt >= 2, sab / (saa * sbb).sqrt(), _NAN)
+        out = torch.where((saa == 0) | (sbb == 0), _NAN, out)
     flat = (m_std(a, n, span) <= 2e-5) | (m_std(b, n, span) <= 2e-5)
     return torch.where(flat, _NAN, out)
 
@@ -277,10 +341,12 @@ def _position_sums(p: Prepared, n: int) -> tuple[Tensor, Tensor, Tensor, Tensor]
 
     def f(raw, v, c):
         vp = v * slot
-        sx = vp.sum(-1)
-        sxy = (raw - c[..., -1:]).mul_(vp).sum(-1)
-        return torch.stack((sx, vp.mul_(slot).sum(-1), sxy), -1)
-    sums = centred(n, [p.raw, p.v, p.centre], f)
+        sx = oldest_first(vp)
+        sxy = oldest_first((raw - c[..., -1:]).mul_(vp))
+        return torch.stack((sx, oldest_first(vp.mul_(slot)), sxy), -1)
+    kern = kernels.compiled_for(p.raw)
+    sums = kernels.position_sums(kern, p.raw, p.v, p.centre, n) if kern is not None else \
+        centred(n, [p.raw, p.v, p.centre], f)
     return sums[..., 0], sums[..., 1], sums[..., 2], torch.full((1, 1), (n - 1) / 2, dtype=torch.float64,
                                                                    device=p.x.device)
 

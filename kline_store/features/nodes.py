@@ -111,6 +111,9 @@ OPS: dict[str, OpSpec] = {
     # Qlib has no expanding pair operator: for N=0 PairRolling's extended window is -inf, and D.features
     # fails on the index range (Corr's std guard would also call rolling(0), which pandas refuses).
     "Corr": OpSpec(2, ("N",), "positive"), "Cov": OpSpec(2, ("N",), "positive"),
+    # Cross-sectional (not Qlib's: it has them only as processors), cross_section.py: over each day's symbols.
+    "CSRank": _ELEM1, "CSZScore": _ELEM1, "CSDemean": _ELEM1, "CSScale": _ELEM1,
+    "GroupDemean": _ELEM2, "GroupRank": _ELEM2,
 }
 
 

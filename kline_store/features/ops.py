@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from . import infinity, moments, rolling, smooth
+from .cross_section import KERNELS as CROSS_SECTIONAL
 from .window import Span, mask
 
 Value = Union[Tensor, float, int]
@@ -101,6 +102,8 @@ def apply(op: str, args: list[Value], params: tuple, span: Span) -> Tensor:
     shape = (len(span.first), span.n_bars)
     given = [_float(a) if isinstance(a, Tensor) else
              mask(torch.full(shape, float(a), dtype=torch.float64, device=span.first.device), span) for a in args]
+    if op in CROSS_SECTIONAL:  # over the symbols given (evaluate passes every symbol of a day); inf as pandas' rank
+        return CROSS_SECTIONAL[op](*given)
     full = infinity.prepare(op, given, span)  # +-inf as Qlib's pandas reads them: infinity.py
     if op == "Quantile":
         return rolling.r_quantile(full[0], int(params[0]), span, float(params[1]))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import InputError, StoreError
 from ..store.labels import FEATURES_KEY, field_lookahead
+from .cross_section import KERNELS as CROSS_SECTIONAL, crossing
 from .evaluate import MAX_EXPRESSIONS, lookahead, lookback
 from .nodes import Node, fields_of
 from .parse import MAX_EXPRESSION_CHARS, parse
@@ -48,6 +49,7 @@ class FeaturePlan:
     fields: tuple[FeatureField, ...]
     label: str | None
     sets: tuple[str, ...]
+    universe: str | None = None   # cross-sections over this universe's members (None: every symbol)
 
     @property
     def names(self) -> list[str]:
@@ -68,7 +70,8 @@ class FeaturePlan:
         return frozenset().union(*(fields_of(f.node) for f in self.fields))
 
     def manifest(self) -> dict:
-        return {"fields": [f.manifest() for f in self.fields], "label": self.label, "sets": list(self.sets)}
+        out = {"fields": [f.manifest() for f in self.fields], "label": self.label, "sets": list(self.sets)}
+        return {**out, "universe": self.universe} if self.universe is not None else out
 
 
 def _named(text: str, where: str) -> tuple[str, str]:
@@ -106,7 +109,8 @@ def _field(name: str, expr: str) -> FeatureField:
 
 
 def make_plan(sets: Sequence[str] | str | None = ("alpha158",), exprs: Mapping[str, str] | Iterable[str] | None = None,
-              label: str | None = "default", files: Sequence[str | os.PathLike] = ()) -> FeaturePlan:
+              label: str | None = "default", files: Sequence[str | os.PathLike] = (),
+              universe: str | None = None) -> FeaturePlan:
     """Resolve named sets, the user's expressions and the label into one checked plan.
 
     Args:
@@ -114,9 +118,11 @@ def make_plan(sets: Sequence[str] | str | None = ("alpha158",), exprs: Mapping[s
         exprs: ``{name: expr}`` or ``["NAME=EXPR", ...]``.
         label: "default" (Qlib's LABEL0), None (no label), an expression (named LABEL0) or ``NAME=EXPR``.
         files: files of ``NAME=EXPR`` lines.
+        universe: the universe whose members each day's cross-sections hold (cross-sectional operators only).
 
     Raises:
-        InputError: an unknown set, a bad expression (naming it and the position), a name used twice, no field.
+        InputError: an unknown set, a bad expression (naming it and the position), a name used twice, no field,
+            a universe given to a plan without cross-sectional operators.
     """
     sets = (sets,) if isinstance(sets, str) else tuple(sets or ())
     pairs: list[tuple[str, str, str]] = []       # (name, expr, where it came from)
@@ -152,7 +158,12 @@ def make_plan(sets: Sequence[str] | str | None = ("alpha158",), exprs: Mapping[s
             raise InputError(f"feature name {name!r} is used twice ({seen[name.lower()]} and {where}); "
                              "rename one (NAME=EXPR)")
         seen[name.lower()] = where
-    return FeaturePlan(tuple(_field(n, e) for n, e, _ in pairs), label_name, sets)
+    fields = tuple(_field(n, e) for n, e, _ in pairs)
+    if universe is not None and not any(crossing(f.node) for f in fields):
+        raise InputError(f"universe {universe!r}: no expression holds a cross-sectional operator "
+                         f"({', '.join(CROSS_SECTIONAL)}), so it would change nothing; datasets and exports take "
+                         "universe=NAME for the rows")
+    return FeaturePlan(fields, label_name, sets, universe)
 
 
 def _is_named(text: str) -> bool:
@@ -185,7 +196,10 @@ def plan_from_manifest(m: dict, path: Path) -> FeaturePlan:
     if label is not None and label not in m["fields"]:
         raise StoreError(f"{path}: manifest key '{META_KEY}.label' names no field")
     sets = meta.get("sets") if isinstance(meta.get("sets"), list) else []
-    return FeaturePlan(tuple(out), label, tuple(str(s) for s in sets))
+    universe = meta.get("universe")
+    if universe is not None and not isinstance(universe, str):
+        raise StoreError(f"{path}: manifest key '{META_KEY}.universe' is not a universe name")
+    return FeaturePlan(tuple(out), label, tuple(str(s) for s in sets), universe)
 
 
 def field_roles(m: dict) -> tuple[tuple[str, ...] | None, str | None, tuple[tuple[str, int], ...]]:

@@ -21,6 +21,8 @@ import torch
 
 from kline_store.errors import InputError
 
+from .cross_section import nanmean, nanstd, rank_pct  # noqa: F401  (fit.py and users import them from here)
+
 State = dict[str, torch.Tensor]
 NAN = float("nan")
 
@@ -33,23 +35,6 @@ class Processed(NamedTuple):
 
 
 # ---------------------------------------------------------------- pandas / numpy reductions, NaN-skipping
-
-
-def nanmean(v: torch.Tensor, dim: int) -> torch.Tensor:
-    """pandas' skipna mean: NaN skipped, infinities kept, NaN when nothing is left (keeps dim)."""
-    valid = ~torch.isnan(v)
-    total = torch.where(valid, v, 0.0).sum(dim, keepdim=True)
-    return total / valid.sum(dim, keepdim=True)  # 0/0 is NaN: an all-NaN slice has no mean
-
-
-def nanstd(v: torch.Tensor, dim: int, ddof: int) -> torch.Tensor:
-    """Two-pass NaN-skipping std as pandas (ddof=1) and numpy (ddof=0) take it: NaN when count <= ddof, and NaN
-    as soon as an infinity is in the slice (inf - inf), as theirs."""
-    valid = ~torch.isnan(v)
-    n = valid.sum(dim, keepdim=True)
-    dev = torch.where(valid, v - nanmean(v, dim), 0.0)
-    var = (dev * dev).sum(dim, keepdim=True) / (n - ddof)
-    return torch.where(n > ddof, var.sqrt(), NAN)
 
 
 def nanmedian(v: torch.Tensor, dim: int) -> torch.Tensor:
@@ -65,23 +50,6 @@ def nanmedian(v: torch.Tensor, dim: int) -> torch.Tensor:
     hi = (n // 2).clamp(max=v.shape[dim] - 1)
     mid = (ordered.gather(dim, lo) + ordered.gather(dim, hi)) / 2
     return torch.where(n > 0, mid, NAN)
-
-
-def rank_pct(v: torch.Tensor) -> torch.Tensor:
-    """pandas' `rank(pct=True)` along the last dim: average rank of ties, divided by the count of non-NaN
-    values; NaN stays NaN; infinities rank as the extreme values they are."""
-    ordered, order = torch.sort(v, dim=-1)
-    pos = torch.arange(v.shape[-1], dtype=v.dtype, device=v.device).expand_as(ordered)  # float: ranks in v's precision
-    same = ordered[..., 1:] == ordered[..., :-1]
-    first = torch.ones_like(ordered, dtype=torch.bool)
-    first[..., 1:] = ~same
-    last = torch.ones_like(ordered, dtype=torch.bool)
-    last[..., :-1] = ~same
-    start = torch.where(first, pos, 0).cummax(-1).values  # the first position of each run of equal values
-    end = torch.where(last, pos, v.shape[-1]).flip(-1).cummin(-1).values.flip(-1)  # ... and its last
-    n = (~torch.isnan(v)).sum(-1, keepdim=True)
-    pct = torch.where(torch.isnan(ordered), NAN, ((start + end) / 2 + 1) / n)
-    return torch.empty_like(pct).scatter_(-1, order, pct)
 
 
 # ---------------------------------------------------------------- inputs

@@ -17,6 +17,7 @@ import math
 import torch
 from torch import Tensor
 
+from . import kernels
 from .moments import wcount
 from .window import Span, rolling, shift, window_length
 
@@ -84,6 +85,9 @@ def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
     fill = float("-inf") if largest else float("inf")
 
     x = _exact(x)
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return kernels.quantile(kern, x, n, q)
     nan = torch.isnan(x)
     counts = wcount((~nan).to(torch.float64), n)
     key = torch.where(nan, fill, x)  # invalid rows sort past every valid one
@@ -122,6 +126,9 @@ def r_rank(x: Tensor, n: int, span: Span) -> Tensor:
     count neither as less nor as equal (the sign of a float difference is exact: it is 0 only for equals)."""
     n = _n(n, span)
     x = _exact(x)
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return kernels.rank(kern, x, n)
     count = wcount((~torch.isnan(x)).to(torch.float64), n)
 
     def f(w, _age):
@@ -137,6 +144,9 @@ def _idx(x: Tensor, n: int, span: Span, largest: bool) -> Tensor:
     the value that never wins. (A real +-inf in the data ties with NaN here, where numpy prefers the NaN.)"""
     n = _n(n, span)
     x = _exact(x)
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return kernels.arg_extreme(kern, x, span.first, span.last, n, largest)
     nan = torch.isnan(x)
     win, lose = (float("inf"), float("-inf")) if largest else (float("-inf"), float("inf"))
     key = torch.where(span.present, torch.where(nan, win, x), lose)

@@ -3,11 +3,14 @@
 alpha158: Alpha158DL.get_feature_config() with its default config (kbar; price OPEN, HIGH, LOW, VWAP at
 window 0; every rolling group at windows 5, 10, 20, 30, 60), in its order and with its names.
 alpha360: Alpha360DL.get_feature_config(). label: Alpha158's default label, LABEL0.
+alpha101: WorldQuant's 101 formulaic alphas (alpha101.py; not Qlib's), those that need no industry field.
 """
 
 from __future__ import annotations
 
 from kline_store.errors import InputError
+
+from .alpha101 import alpha101
 
 _WINDOWS = (5, 10, 20, 30, 60)
 
@@ -88,12 +91,16 @@ def label() -> dict[str, str]:
     return {"LABEL0": "Ref($close, -2)/Ref($close, -1) - 1"}
 
 
-_SETS = {"alpha158": alpha158, "alpha360": alpha360, "label": label}
+_SETS = {"alpha158": alpha158, "alpha360": alpha360, "alpha101": alpha101, "label": label}
 
 
 def feature_set(name: str) -> dict[str, str]:
-    """name -> expression of a known set; InputError naming the known sets otherwise."""
+    """name -> expression of a known set; InputError naming the known sets otherwise. ``alpha101:FIELD`` is
+    alpha101 with its 18 indneutralize alphas, FIELD the store's field of industry codes."""
+    if isinstance(name, str) and name.lower().startswith("alpha101:"):
+        return alpha101(industry=name.split(":", 1)[1])
     make = _SETS.get(name.lower()) if isinstance(name, str) else None
     if make is None:
-        raise InputError(f"unknown feature set {name!r}; known sets: {', '.join(sorted(_SETS))}")
+        raise InputError(f"unknown feature set {name!r}; known sets: {', '.join(sorted(_SETS))} "
+                         "(alpha101:FIELD with an industry field)")
     return make()

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..features import cross_section
 from ..features.evaluate import evaluate
 from ..features.plan import FIELD_ALIASES, make_plan
 from ..feed.loader import KlineLoader
@@ -59,6 +60,11 @@ class FeatureWindows(torch.utils.data.Dataset):
             whole = [f.name for f in self.plan.fields if f.lookback is None]
             raise InputError(f"features {', '.join(whole)} read the whole series (an expanding or exponential "
                              "window): compute them into a features store with compute_features")
+        crossing = [f.name for f in self.plan.fields if cross_section.crossing(f.node)]
+        if crossing:
+            raise InputError(f"features {', '.join(crossing)} are cross-sectional (CSRank, ...): they need every "
+                             "symbol of a day, a batch holds some; compute them into a features store with "
+                             "compute_features")
         self.extra = int(self.plan.max_lookback)
         self._window = int(window)
         probe = path if isinstance(path, Store) else None

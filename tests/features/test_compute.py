@@ -253,3 +253,21 @@ def test_an_intraday_store_counts_bars(tmp_path):
         got = np.array(st.array("MA5"))[0]
     want = np.convolve(close[0].astype(np.float32), np.ones(5) / 5, mode="valid")
     np.testing.assert_allclose(got[4:], want, rtol=1e-5)          # five bars, across the day boundary too
+
+
+def test_replaced_files_are_removed_off_the_critical_path(history, tmp_path):
+    """A replace or an update commits, then a background thread removes the files the new version does not
+    use: afterwards only the current data file and version copy are left, and the store reads the same."""
+    from kline_store.store import reclaim
+
+    _, frames = history
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    compute_features(base, tmp_path / "f", sets=[], exprs=SMALL)
+    first = panel(tmp_path / "f")
+    for _ in range(2):
+        compute_features(base, tmp_path / "f", sets=[], exprs=SMALL, replace=True)
+    reclaim.wait()
+    assert len(list((tmp_path / "f").glob("data-*"))) == 1
+    assert len(list((tmp_path / "f" / "versions").iterdir())) <= 1
+    assert same(panel(tmp_path / "f"), first)

@@ -37,7 +37,8 @@ def test_sets_are_qlibs_own(tmp_path):
 
 def test_feature_set_lookup():
     assert feature_set("alpha158") == alpha158() and len(feature_set("Alpha360")) == 360
-    with pytest.raises(InputError, match=r"unknown feature set 'alpha42'; known sets: alpha158, alpha360, label"):
+    with pytest.raises(InputError, match=r"unknown feature set 'alpha42'; known sets: alpha101, alpha158, alpha360, "
+                                         r"label \(alpha101:FIELD"):
         feature_set("alpha42")
 
 
