@@ -104,14 +104,10 @@ def unpack(path: Path, how: str) -> bytes:
             with pa.input_stream(str(path), compression="zstd") as fh:
                 return _drain(fh, path, cap)
         with zipfile.ZipFile(path) as z:
-            members = [i for i in z.infolist() if not i.is_dir() and not i.filename.startswith("__MACOSX/")]
-            texts = [i for i in members if i.filename.lower().endswith(_TEXT)]
-            if len(members) != 1 or len(texts) != 1:
-                names = ", ".join(i.filename for i in members[:5]) or "nothing"
-                raise InputError(f"{path}: a zip archive is read when it holds one CSV file; it holds {names}"
-                                 f"{' ...' if len(members) > 5 else ''} (unzip it and pass the files)")
-            _stated(path, texts[0].file_size, cap)
-            with z.open(texts[0]) as fh:
+            names = [i.filename for i in z.infolist() if not i.is_dir() and not i.filename.startswith("__MACOSX/")]
+            text = z.getinfo(_the_one_text(path, "zip", names, "unzip"))
+            _stated(path, text.file_size, cap)
+            with z.open(text) as fh:
                 return _drain(fh, path, cap)
     except InputError:
         raise
@@ -119,6 +115,15 @@ def unpack(path: Path, how: str) -> bytes:
         raise InputError(f"{path}: cannot decompress ({how}): {' '.join(str(exc).split())[:200]}") from None
     except Exception as exc:   # pyarrow's errors
         raise InputError(f"{path}: cannot decompress ({how}): {' '.join(str(exc).split())[:200]}") from None
+
+
+def _the_one_text(path: Path, kind: str, names: list[str], unpack: str) -> str:
+    """The name of the one CSV file an archive holds (InputError naming what it holds otherwise)."""
+    if len(names) != 1 or not names[0].lower().endswith(_TEXT):
+        shown = ", ".join(names[:5]) or "nothing"
+        raise InputError(f"{path}: a {kind} archive is read when it holds one CSV file; it holds {shown}"
+                         f"{' ...' if len(names) > 5 else ''} ({unpack} it and pass the files)")
+    return names[0]
 
 
 def _is_tar(path: Path) -> bool:
@@ -133,15 +138,11 @@ def _is_tar(path: Path) -> bool:
 def _one_from_tar(path: Path, cap: tuple[int, object]) -> bytes:
     """The one CSV inside a gzipped tar archive, as a zip's (InputError naming what it holds otherwise)."""
     with tarfile.open(path, "r:gz") as t:
-        members = [m for m in t.getmembers() if m.isfile() and not Path(m.name).name.startswith("._")
-                   and not m.name.startswith("__MACOSX/")]
-        texts = [m for m in members if m.name.lower().endswith(_TEXT)]
-        if len(members) != 1 or len(texts) != 1:
-            names = ", ".join(m.name for m in members[:5]) or "nothing"
-            raise InputError(f"{path}: a tar archive is read when it holds one CSV file; it holds {names}"
-                             f"{' ...' if len(members) > 5 else ''} (unpack it and pass the files)")
-        _stated(path, texts[0].size, cap)
-        fh = t.extractfile(texts[0])
+        names = [m.name for m in t.getmembers() if m.isfile() and not Path(m.name).name.startswith("._")
+                 and not m.name.startswith("__MACOSX/")]
+        text = t.getmember(_the_one_text(path, "tar", names, "unpack"))
+        _stated(path, text.size, cap)
+        fh = t.extractfile(text)
         assert fh is not None
         return _drain(fh, path, cap)
 
