@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
-from ..store import NewVersion, collect, whole_store, manifest as mf, writer as W
+from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer as W
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
 from .layout import Layout
@@ -216,7 +216,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     dates = TA.stamps(cal, axis.unit)
     rows = {s: i for i, s in enumerate(symbols)}
     lay = Layout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
-    first, last = W.bar_extent(lay.present)
+    first, last = bar_extent(lay.present)
     note = calnote.foreign_dates(lay.present, first, last, dates, symbols) \
         if axis.freq == TA.DAILY and calendar is None else None
     lay.present = np.zeros((0, 0), dtype=bool)
