@@ -18,9 +18,10 @@ import numpy as np
 
 from . import lock, manifest as mf, safefs, timeaxis as TA
 from ..errors import InputError, StoreError, StoreLockedError
-from .generation import NewGeneration, default_capacity, staging_dir  # noqa: F401  (writer.NewGeneration, W.staging_dir)
+# NewGeneration, staging_dir and commit are also kept here under their old names (writer.NewGeneration, ...).
+from .generation import NewGeneration, default_capacity, staging_dir  # noqa: F401
 from .snapshot import STAGING
-from .transaction import NewVersion, commit  # noqa: F401  (writer.commit)
+from .transaction import NewVersion, commit  # noqa: F401
 
 
 def clean_staging(store_dir: Path) -> None:
