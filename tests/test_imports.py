@@ -32,7 +32,7 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 # Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
 LAYERS = {
     "system": ["indexes", "cores", "background", "pages", "ranks", "__init__"],
-    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "identity", "writer", "blockwriter", "__init__"],
+    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "identity", "generation", "transaction", "writer", "blockwriter", "__init__"],
     "ingest": ["columns", "options", "preamble", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "wide", "sources", "readers", "validate", "sink", "runs", "bars", "grid", "barsize", "calnote",
                "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["source", "background", "sampling", "options", "states", "agreement", "block_order", "batches", "buffers", "placement",

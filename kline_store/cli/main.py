@@ -223,7 +223,7 @@ def universe(store, name, source, remove, wait) -> None:
 @click.argument("store")
 def gc(store) -> None:
     """Delete old data files and versions that no reader uses."""
-    from ..store.writer import gc as run
+    from ..store import gc as run
     removed = run(store)
     click.echo(f"removed {len(removed)} file(s)" + (": " + ", ".join(removed) if removed else ""))
 

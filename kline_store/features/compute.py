@@ -27,7 +27,7 @@ import torch
 from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
 from ..progress import Progress, silenced
-from ..store import identity, lock, manifest as mf, reclaim, safefs, writer as W
+from ..store import NewVersion, TailAppend, identity, lock, manifest as mf, reclaim, safefs, whole_store, writer as W
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
 from .evaluate import evaluate
@@ -277,30 +277,18 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     """A new generation of ``out`` with every field of every symbol (under the caller's lock); ``store_id``:
     a new store's id (None: an update keeps the store's)."""
     index, missing = _sources(st, plan)
-    version, generation, created = W.next_numbers(out)
     rows = block_rows(st.n_dates, plan, block=block)
-    gen = W.NewGeneration(out, generation + 1, st.n_symbols, st.n_dates, len(plan.fields),
-                          capacity or st.date_capacity)
-    try:
+    with NewVersion(out, st.n_symbols, st.n_dates, len(plan.fields), capacity or st.date_capacity,
+                    crash="features") as txn:
         cross = cross_inputs(st, plan, index, device, rows)
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
             vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads)
-            gen.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
-        W.crashpoint("features:filled")
-        data = gen.finish()
-    except BaseException:
-        gen.abort()
-        raise
-    m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
-                         fields=plan.names, capacity=gen.capacity, first_bar=st.first_bar, last_bar=st.last_bar,
-                         n_bars=st.manifest["n_bars"], created_at=created,
-                         sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))
-    try:
-        return W.commit(out, m), missing
-    except BaseException:
-        W.discard_uncommitted(out, data["file"])
-        raise
+            txn.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
+        m = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
+                       last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=txn.created_at,
+                       sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))
+    return m, missing
 
 
 def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, sets=("alpha158",), exprs=None,
@@ -340,7 +328,7 @@ def compute_features(store: str | os.PathLike | Store, out: str | os.PathLike, s
     block_rows(st.n_dates, plan, block=block_symbols)        # refused here, before the target is touched
     instead = (f"`kline-store features {out} --update` brings it up to date, --replace (replace=True) "
                "recomputes it")
-    with silenced(quiet), W.whole_store(out, wait=wait, replace=replace, instead=instead):
+    with silenced(quiet), whole_store(out, wait=wait, replace=replace, instead=instead):
         m, missing = _write_full(out, st, plan, dev, block_symbols, None, mf.new_store_id(), threads)
         reclaim.collect_in_background(out, m)  # the replaced version's files: off the critical path
     return FeatureReport(out, "full", "", st.n_symbols, st.n_dates, plan.names, st.n_symbols * st.n_dates,
@@ -430,39 +418,29 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
     index, missing = _sources(st, plan)
     n_old, t_old = m["shape"]["n_symbols"], m["shape"]["n_dates"]
     n_rows, t_new, nf = st.n_symbols, st.n_dates, len(plan.fields)
-    cap = m["shape"]["date_capacity"]
-    stride, cell = cap * nf * 4, nf * 4
     d0 = max(0, t_old - plan.max_lookahead - (plan.max_lookback or 0))   # history the new cells need
-    ranges = W.tail_ranges(stride, cell, n_old, n_rows, t_old, t_new)
     # (rows, first day read, first day written): the old rows' new days, then the new rows' whole history
     parts = [(r0, r1, start, u0) for r0, r1, start, u0 in ((0, n_old, d0, t_old), (n_old, n_rows, 0, 0))
              if r1 > r0 and u0 < t_new]
     per_part = [block_rows(t_new - start, plan, block=block) for _, _, start, _ in parts]  # refused here
-    crcs = np.concatenate([np.asarray(m["data"]["row_crc32"][:n_old], dtype=np.uint32),
-                           np.zeros(n_rows - n_old, dtype=np.uint32)])
     cross = cross_inputs(st, plan, index, device, block or block_rows(t_new - d0, plan), d0)
     bar = Progress(n_rows, "computing", unit="symbols")
     try:
-        with W.tail_append(out, out / m["data"]["file"], n_rows * stride, ranges, crash="features:tail") as fd:
+        with TailAppend(out, m, n_rows, t_new, nf, crash="features:tail") as txn:
             for (r0, r1, start, u0), rows in zip(parts, per_part):
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
                     vals = evaluate_block(st, sl, start, plan, index, device, cross if r0 == 0 else None, threads)
                     cells = place_cells(vals, start, u0, t_new, plan)
-                    for i in range(cells.shape[0]):
-                        safefs.write_all(fd, cells[i].data, (lo + i) * stride + u0 * cell)
-                    crcs[sl] = mf.row_crcs(cells, crcs[sl])
+                    txn.write(lo, cells, u0)
                     bar.step(cells.shape[0])
     finally:
         bar.close()
-    data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
-                checksum=mf.file_checksum(crcs))
-    new = W.build_manifest(version=m["version"] + 1, data=data, symbols=st.symbols, dates=st.dates,
-                           fields=plan.names, capacity=cap, first_bar=st.first_bar, last_bar=st.last_bar,
-                           n_bars=st.manifest["n_bars"], created_at=m.get("created_at"),
-                           sources=[source_entry(st, "features_of")], extra=_extra(st, plan, m.get(mf.STORE_ID_KEY)))
+    new = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
+                     last_bar=st.last_bar, n_bars=st.manifest["n_bars"], sources=[source_entry(st, "features_of")],
+                     extra=_extra(st, plan, m.get(mf.STORE_ID_KEY)))
     bars = n_old * (t_new - t_old) + (n_rows - n_old) * t_new
-    return W.commit(out, new), missing, bars
+    return new, missing, bars
 
 
 __all__ = ["BLOCK_BYTES", "Cross", "FeatureReport", "block_rows", "compute_features", "cross_inputs",

@@ -27,7 +27,7 @@ import torch
 from ..errors import InputError
 from ..memory import available
 from ..progress import silenced
-from ..store import identity, manifest as mf, safefs, writer as W
+from ..store import NewVersion, collect, identity, manifest as mf, safefs, whole_store
 from ..store.snapshot import Store, open_store
 from .compute import source_entry, time_axis
 from .fit import Pipeline, RobustZScoreNorm, ZScoreNorm
@@ -218,21 +218,15 @@ def _by_shift(shifts: list[int]) -> list[tuple[int, slice | list[int]]]:
 
 
 def _write(st: Store, out: Path, panel: np.ndarray, meta: dict, replace: bool, wait: float, quiet: bool) -> None:
-    with silenced(quiet), W.whole_store(out, wait=wait, replace=replace,
-                                        instead="pass replace=True (--replace) to rewrite it"):
-        version, generation, created = W.next_numbers(out)
-        data = W.write_panel(out, generation + 1, panel, st.date_capacity)
-        m = W.build_manifest(version=version + 1, data=data, symbols=st.symbols, dates=st.dates,
-                             fields=st.fields, capacity=st.date_capacity, first_bar=st.first_bar,
-                             last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=created,
-                             sources=[source_entry(st, "processed_from")],
-                             extra={**time_axis(st), META_KEY: meta, mf.STORE_ID_KEY: mf.new_store_id()})
-        try:
-            m = W.commit(out, m)
-        except BaseException:
-            W.discard_uncommitted(out, data["file"])
-            raise
-        W.collect(out, m)
+    with silenced(quiet), whole_store(out, wait=wait, replace=replace,
+                                      instead="pass replace=True (--replace) to rewrite it"):
+        with NewVersion(out, *panel.shape, st.date_capacity, crash="process") as txn:
+            txn.write_panel(panel)
+            m = txn.commit(symbols=st.symbols, dates=st.dates, fields=st.fields, first_bar=st.first_bar,
+                           last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=txn.created_at,
+                           sources=[source_entry(st, "processed_from")],
+                           extra={**time_axis(st), META_KEY: meta, mf.STORE_ID_KEY: mf.new_store_id()})
+        collect(out, m)
 
 
 __all__ = ["PROCESSORS", "ProcessReport", "QLIB_INFER", "QLIB_LEARN", "process_features"]

@@ -24,7 +24,7 @@ from . import runs
 from ..errors import InputError
 from ..store import identity, timeaxis as TA
 from ..store.snapshot import Store, open_store
-from ..store.writer import create_store
+from ..store import create_store
 
 DAY, WEEK, MONTH = "1d", "1w", "1mo"
 NAMES = {DAY: "daily", WEEK: "weekly", MONTH: "monthly"}

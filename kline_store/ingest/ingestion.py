@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
 from ..store import timeaxis as TA
 from .. import progress
-from ..store import manifest as mf, writer as W
+from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer as W
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
 from .layout import Layout
@@ -141,13 +141,13 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     axis = axis.replace(timezone=D.check_timezone(axis.timezone))
     instead = ("`kline-store append` adds new data to it, `ingest --replace` (replace=True) rebuilds it from "
                "these inputs alone")
-    with progress.silenced(writing.quiet), W.whole_store(out, wait=writing.wait, replace=writing.replace,
+    with progress.silenced(writing.quiet), whole_store(out, wait=writing.wait, replace=writing.replace,
                                                          instead=instead):
         if qlib is not None:
             built = Q.build_store(qlib, out, writing.capacity)
         else:
             result = _build(files, out, read, axis, writing)
-        W.collect(out, built.manifest if qlib is not None else result.manifest)
+        collect(out, built.manifest if qlib is not None else result.manifest)
     if qlib is not None:
         return built.report(out, time.perf_counter() - t0)
     bars, dates, m = result.bars, result.dates, result.manifest
@@ -214,20 +214,18 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
     dates = TA.stamps(cal, axis.unit)
-    version, generation, _ = W.next_numbers(out)
     rows = {s: i for i, s in enumerate(symbols)}
     lay = Layout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
-    first, last = W.bar_extent(lay.present)
+    first, last = bar_extent(lay.present)
     note = calnote.foreign_dates(lay.present, first, last, dates, symbols) \
         if axis.freq == TA.DAILY and calendar is None else None
     lay.present = np.zeros((0, 0), dtype=bool)
-    gen = W.NewGeneration(out, generation + 1, len(symbols), len(cal), len(fields), capacity)
     last_factor = np.full(len(symbols), np.nan) if source == adjust.EVENTS else None
     divisors = np.full(len(symbols), np.nan) if source == adjust.INPUT else None
-    try:
+    with NewVersion(out, len(symbols), len(cal), len(fields), capacity, crash="ingest") as txn:
         step = P.block_rows(len(cal), len(fields), BLOCK_BYTES)
         # A thread writes and checksums each block while the next is filled (store/blockwriter.py).
-        with BlockWriter(gen, step) as put:
+        with BlockWriter(txn.gen, step) as put:
             for lo in range(0, len(symbols), step):
                 block = put.block(min(step, len(symbols) - lo))
                 lay.fill(block, lo, bars, fields)
@@ -236,30 +234,18 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
                     if acc is not None and got is not None:
                         acc[lo: lo + len(block)] = got
                 put.put(lo, block)
-        W.crashpoint("ingest:filled")
-        data = gen.finish()
-    except BaseException:
-        gen.abort()
-        raise
-    W.crashpoint("ingest:data-in-place")
-    m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=dates, fields=fields,
-                         capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=len(bars),
-                         sources=bars.sources, created_at=None,
-                         extra={**axis.manifest(), mf.STORE_ID_KEY: mf.new_store_id(),   # a new store's history
-                                "calendar_source": str(calendar) if calendar else
-                                (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
-                                "adj_factor_source": source,
-                                **({"assumed_weekdays": assumed} if assumed else {}),
-                                **({"date_format": read.date_format} if read.date_format else {}),
-                                "adj_last_factor": adjust.state_list(last_factor),
-                                "adj_rebase": adjust.state_list(divisors)})
-    try:
-        W.commit(out, m)
-    except BaseException:
-        W.discard_uncommitted(out, data["file"])
-        raise
+        m = txn.commit(symbols=symbols, dates=dates, fields=fields, first_bar=first, last_bar=last,
+                       n_bars=len(bars), sources=bars.sources, created_at=None,
+                       extra={**axis.manifest(), mf.STORE_ID_KEY: mf.new_store_id(),   # a new store's history
+                              "calendar_source": str(calendar) if calendar else
+                              (f"sessions {axis.sessions.name}" if axis.sessions else "union of input dates"),
+                              "adj_factor_source": source,
+                              **({"assumed_weekdays": assumed} if assumed else {}),
+                              **({"date_format": read.date_format} if read.date_format else {}),
+                              "adj_last_factor": adjust.state_list(last_factor),
+                              "adj_rebase": adjust.state_list(divisors)})
     n_bars = len(bars)
     notes = list(bars.notes)
     bars = bars.subset(np.zeros(0, dtype=bool))   # drop the views of the spill file before removing it
     bars.notes = notes + ([note] if note else [])
-    return Built(version + 1, n_bars, bars, symbols, fields, dates, m)
+    return Built(txn.version, n_bars, bars, symbols, fields, dates, m)

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import barsize, columns as C, panel as P, qlib_format as QF
-from ..store import labels, manifest as mf, universes as SU, writer as W
+from ..store import NewVersion, bar_extent, labels, manifest as mf, universes as SU
 from ..errors import InputError
 from ..progress import track
 from .report import IngestReport
@@ -108,12 +108,10 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
     bar = bar_size(calendar)
     fields = field_order({f for s in symbols for f in files[s]})
     n_days, nf = len(calendar), len(fields)
-    version, generation, _ = W.next_numbers(out)
     first = np.full(len(symbols), -1, dtype=np.int64)
     last = np.full(len(symbols), -1, dtype=np.int64)
     n_bars = 0
-    gen = W.NewGeneration(out, generation + 1, len(symbols), n_days, nf, capacity)
-    try:
+    with NewVersion(out, len(symbols), n_days, nf, capacity, crash="qlib") as txn:
         step = P.block_rows(n_days, nf)
         for lo in range(0, len(symbols), step):
             block = np.full((min(step, len(symbols) - lo), n_days, nf), np.nan, dtype=np.float32)
@@ -121,26 +119,17 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
                 start, values = QF.read_symbol(files[s], fields, n_days)
                 block[i, start: start + len(values)] = values
             present = np.isfinite(block).any(axis=2)     # a bar: a day with any value
-            first[lo: lo + len(block)], last[lo: lo + len(block)] = W.bar_extent(present)
+            first[lo: lo + len(block)], last[lo: lo + len(block)] = bar_extent(present)
             n_bars += int(present.sum())
-            gen.write(lo, block)
-        data = gen.finish()
-    except BaseException:
-        gen.abort()
-        raise
-    n_files = sum(len(files[s]) for s in symbols)
-    source = {"path": str(src.root), "format": "qlib", "freq": QF.FREQ, "instruments": str(listing),
-              "symbols": len(symbols), "files": n_files}
-    m = W.build_manifest(version=version + 1, data=data, symbols=symbols, dates=calendar, fields=fields,
-                         capacity=gen.capacity, first_bar=first, last_bar=last, n_bars=n_bars, sources=[source],
-                         extra={"calendar_source": str(src.root / QF.CALENDAR), "adj_factor_source": None,
-                                mf.STORE_ID_KEY: mf.new_store_id(),
-                                **({"bar": bar} if bar != barsize.DAY else {}), **({SU.KEY: kept} if kept else {})})
-    try:
-        m = W.commit(out, m)
-    except BaseException:
-        W.discard_uncommitted(out, data["file"])
-        raise
+            txn.write(lo, block)
+        n_files = sum(len(files[s]) for s in symbols)
+        source = {"path": str(src.root), "format": "qlib", "freq": QF.FREQ, "instruments": str(listing),
+                  "symbols": len(symbols), "files": n_files}
+        m = txn.commit(symbols=symbols, dates=calendar, fields=fields, first_bar=first, last_bar=last,
+                       n_bars=n_bars, sources=[source],
+                       extra={"calendar_source": str(src.root / QF.CALENDAR), "adj_factor_source": None,
+                              mf.STORE_ID_KEY: mf.new_store_id(),
+                              **({"bar": bar} if bar != barsize.DAY else {}), **({SU.KEY: kept} if kept else {})})
     problems = []
     if missing:
         problems.append(Problem("no_features", f"listed in {listing.name} without a features folder, left out",

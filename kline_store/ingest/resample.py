@@ -24,7 +24,7 @@ from . import barsize
 from ..store import identity, safefs, sessions as SE, timeaxis as TA
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
-from ..store.writer import create_store
+from ..store import create_store
 
 FIRST = frozenset({"open", "pre_close"})
 MAX = frozenset({"high"})

@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, grid, panel as P
-from ..store import lock, manifest as mf, safefs, universes, writer as W
+from ..store import NewVersion, TailAppend, bar_extent, collect, lock, manifest as mf, universes, writer as W
 from ..store import sessions as SE, timeaxis as TA
 from .bars import Axis, Bars, read_bars, read_calendar, where_day
 from ..errors import InputError
@@ -154,7 +154,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                 finally:
                     W.clean_staging(store_dir)
             if plan.mode != "none":
-                W.collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
+                collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
             freq = committed.get("bar") or committed.get("freq", "1d")
     cal = TA.stamps(plan.calendar, plan.unit)
@@ -318,14 +318,11 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
-    stride = old.date_capacity * nf * 4
-    cell = nf * 4
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
     fresh = bars.subset(new)
     place = P.Placement.of(plan.sym[new], plan.pos[new], n_rows)
-    ranges = W.tail_ranges(stride, cell, n_old_rows, n_rows, n_old, n_new)
-    with W.tail_append(store_dir, old.data_file, n_rows * stride, ranges, pinned=old._fd) as fd:
-        crcs, state = _write_tail_blocks(fd, old, fresh, place, plan, stride)
+    with TailAppend(store_dir, m, n_rows, n_new, nf, pinned=old._fd, crash="tail") as txn:
+        state = _write_tail_blocks(txn, old, fresh, place, plan)
     none = np.iinfo(np.int64).max
     fresh_first = np.full(n_rows, none)
     np.minimum.at(fresh_first, plan.sym[new], plan.pos[new])
@@ -333,15 +330,13 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
     first = np.where(old_first >= 0, old_first, np.where(fresh_first == none, -1, fresh_first))
     last = np.concatenate([old.last_bar, np.full(n_rows - n_old_rows, -1)])
     np.maximum.at(last, plan.sym[new], plan.pos[new])
-    data = dict(m["data"], rows=n_rows, size=n_rows * stride, row_crc32=crcs.tolist(),
-                checksum=mf.file_checksum(crcs))
-    return _commit(store_dir, old, plan, data, old.date_capacity, first, last, m["n_bars"] + int(new.sum()),
-                   bars, state, rebase)
+    return txn.commit(**_manifest_fields(old, plan, first, last, m["n_bars"] + int(new.sum()), bars, state,
+                                         rebase))
 
 
-def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, plan: Plan, stride: int
-                       ) -> tuple[np.ndarray, np.ndarray | None]:
-    """pwrite the new days of old rows and the new rows, a block at a time; returns (row CRCs, event state)."""
+def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: P.Placement, plan: Plan
+                       ) -> np.ndarray | None:
+    """pwrite the new days of old rows and the new rows, a block at a time; returns the event state."""
     n_old_rows, n_old = old.n_symbols, old.n_dates
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
     events = plan.factor_source == adjust.EVENTS
@@ -349,8 +344,6 @@ def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, pla
     if events:
         prev_close, start = adjust.event_state(old)
         state = np.concatenate([start, np.full(n_rows - n_old_rows, np.nan)])
-    crcs = np.concatenate([np.asarray(old.manifest["data"]["row_crc32"][:n_old_rows], dtype=np.uint32),
-                           np.zeros(n_rows - n_old_rows, dtype=np.uint32)])
     # (first row, last row, first day): the new days of the old rows, then whole new rows
     for r0, r1, d0 in ((0, n_old_rows, n_old), (n_old_rows, n_rows, 0)):
         if r1 <= r0 or n_new <= d0:
@@ -365,10 +358,8 @@ def _write_tail_blocks(fd: int, old: Store, fresh: Bars, place: P.Placement, pla
                 state[lo:hi] = np.where(np.isfinite(last), last, start[lo:hi])
             elif events:
                 state[lo:hi] = adjust.fill_event_factor(block, plan.fields)
-            for i in range(hi - lo):
-                safefs.write_all(fd, block[i].data, (lo + i) * stride + d0 * nf * 4)
-            crcs[lo:hi] = mf.row_crcs(block, crcs[lo:hi])
-    return crcs, state
+            txn.write(lo, block, d0)
+    return state
 
 
 def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
@@ -381,8 +372,7 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
     events = plan.factor_source == adjust.EVENTS
     state = np.full(n_rows, np.nan) if events else None
     present_rows = []
-    gen = W.NewGeneration(store_dir, m["data"]["generation"] + 1, n_rows, n_new, nf)
-    try:
+    with NewVersion(store_dir, n_rows, n_new, nf, crash="rewrite", after=m) as txn:
         step = P.block_rows(n_new, nf)
         for lo in range(0, n_rows, step):
             hi = min(lo + step, n_rows)
@@ -395,27 +385,18 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
             if events:
                 state[lo:hi] = adjust.refill_events(block, plan.fields)
             present_rows.append(np.isfinite(block).any(axis=2))
-            gen.write(lo, block)
-        W.crashpoint("rewrite:filled")
-        data = gen.finish()
-    except BaseException:
-        gen.abort()
-        raise
-    W.crashpoint("rewrite:data-in-place")
-    present = np.concatenate(present_rows) if present_rows else np.zeros((0, n_new), bool)
-    first, last = W.bar_extent(present)
-    try:
-        return _commit(store_dir, old, plan, data, gen.capacity, first, last, int(present.sum()), bars, state,
-                       rebase)
-    except BaseException:
-        W.discard_uncommitted(store_dir, data["file"])
-        raise
+            txn.write(lo, block)
+        txn.finish()
+        present = np.concatenate(present_rows) if present_rows else np.zeros((0, n_new), bool)
+        first, last = bar_extent(present)
+        return txn.commit(created_at=txn.created_at,
+                          **_manifest_fields(old, plan, first, last, int(present.sum()), bars, state, rebase))
 
 
-def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first: np.ndarray,
-            last: np.ndarray, n_bars: int, bars: Bars, factor_state: np.ndarray | None,
-            rebase: dict[str, float]) -> dict:
-    """Build and publish the new version's manifest; returns it as published."""
+def _manifest_fields(old: Store, plan: Plan, first: np.ndarray, last: np.ndarray, n_bars: int, bars: Bars,
+                     factor_state: np.ndarray | None, rebase: dict[str, float]) -> dict:
+    """The new version's manifest fields (``build_manifest``'s keywords but version, data, capacity and
+    created_at, which the transaction fills in)."""
     m = old.manifest
     extra = {**Axis.of(m).manifest(), "calendar_source": plan.calendar_source or m.get("calendar_source"),
              "adj_factor_source": plan.factor_source, **universes.carried(m),   # spans are dates: kept as they are
@@ -425,9 +406,6 @@ def _commit(store_dir: Path, old: Store, plan: Plan, data: dict, cap: int, first
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:
         extra["adj_last_factor"] = adjust.state_list(factor_state)
-    new = W.build_manifest(version=old.version + 1, data=data, symbols=plan.symbols,
-                           dates=TA.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
-                           capacity=cap, first_bar=first, last_bar=last, n_bars=n_bars,
-                           sources=list(m.get("sources", [])) + bars.sources, created_at=m.get("created_at"),
-                           extra=extra)
-    return W.commit(store_dir, new)
+    return dict(symbols=plan.symbols, dates=TA.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
+                first_bar=first, last_bar=last, n_bars=n_bars, sources=list(m.get("sources", [])) + bars.sources,
+                extra=extra)

@@ -6,13 +6,17 @@ May import: kline_store.errors, kline_store.progress. Nothing above it (ingest, 
 is imported here: every other wing reads and writes through this one.
 
 The store's public API in one place: ``from kline_store.store import open_store, Store, create_store`` is what
-other wings and users import; snapshot.py (read side) and writer.py (write side) never import this file.
+other wings and users import, and writers of other wings take the write transaction from here
+(``NewVersion``, ``TailAppend``: transaction.py; ``whole_store``, ``collect``); snapshot.py (read side),
+writer.py and transaction.py (write side) never import this file.
 """
 
 from __future__ import annotations
 
 from .snapshot import AUTO_VERIFY_BYTES, STAGING, Store, Verification, open_store, verify, verify_store
-from .writer import create_store, default_capacity, gc
+from .writer import bar_extent, collect, create_store, default_capacity, gc, whole_store
+from .transaction import NewVersion, TailAppend
 
-__all__ = ["AUTO_VERIFY_BYTES", "STAGING", "Store", "Verification", "create_store", "default_capacity", "gc",
-           "open_store", "verify", "verify_store"]
+__all__ = ["AUTO_VERIFY_BYTES", "STAGING", "NewVersion", "Store", "TailAppend", "Verification", "bar_extent",
+           "collect", "create_store", "default_capacity", "gc", "open_store", "verify", "verify_store",
+           "whole_store"]

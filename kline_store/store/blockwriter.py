@@ -15,7 +15,7 @@ import threading
 import numpy as np
 
 from . import safefs
-from .writer import NewGeneration
+from .generation import NewGeneration
 
 BUFFERS = 2
 

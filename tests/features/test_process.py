@@ -79,3 +79,28 @@ def test_processing_errors(tmp_path):
     process_features(feats, tmp_path / "p", fit_end="2021-02-01")
     with pytest.raises(InputError, match="processed store"):
         update_features(tmp_path / "p")
+
+
+@pytest.mark.parametrize("point", ["process:filled", "process:data-in-place", "commit:copied",
+                                   "commit:manifest-swapped"])
+def test_kill9_while_processing_leaves_old_or_new(tmp_path, point):
+    """process_features goes through the write transaction: killed at each of its steps, the processed store
+    is the old version or the new one, and the next run writes the same values."""
+    import signal
+
+    from conftest import run_cli
+    from kline_store import verify_store
+    feats = features_of(tmp_path, bars(5, 8, 150), "k")
+    fit_end = str(open_store(feats).dates[90])
+    process_features(feats, tmp_path / "proc", fit_end=fit_end)
+    before = (tmp_path / "proc" / "manifest.json").read_bytes()
+    want = np.array(open_store(tmp_path / "proc").panel)
+    r = run_cli("process", str(feats), "-o", str(tmp_path / "proc"), "--fit-end", fit_end, "--replace", "-q",
+                env={"KLINE_STORE_CRASH_AT": point})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert verify_store(tmp_path / "proc") == []
+    swapped = point == "commit:manifest-swapped"
+    assert ((tmp_path / "proc" / "manifest.json").read_bytes() == before) != swapped
+    assert open_store(tmp_path / "proc").version == 1 + swapped
+    process_features(feats, tmp_path / "proc", fit_end=fit_end, replace=True)      # the next writer recovers
+    np.testing.assert_array_equal(np.array(open_store(tmp_path / "proc").panel), want)

@@ -145,3 +145,25 @@ def test_a_qlib_round_trip_keeps_the_bar_size(qlib_python, ashare, tmp_path, bar
     t = np.searchsorted(a.dates, got["date"])
     want = np.asarray(a.panel)[s, t][:, [a.fields.index(f) for f in got["fields"]]]
     np.testing.assert_array_equal(got["values"], want)
+
+
+@pytest.mark.parametrize("point", ["qlib:filled", "qlib:data-in-place", "commit:copied", "commit:manifest-swapped"])
+def test_kill9_while_ingesting_a_qlib_directory_leaves_old_or_new(qlib_dir, tmp_path, point):
+    """A Qlib directory is written through the write transaction: killed at each of its steps, the store is the
+    old version or the new one; killed before the commit, a first ingest leaves nothing a retry refuses."""
+    import signal
+    ks.ingest([qlib_dir], tmp_path / "s")
+    before = (tmp_path / "s" / "manifest.json").read_bytes()
+    r = run_cli("ingest", "-q", "--replace", str(qlib_dir), "-o", str(tmp_path / "s"),
+                env={"KLINE_STORE_CRASH_AT": point})
+    assert r.returncode == -signal.SIGKILL, r.stderr
+    assert ks.verify_store(tmp_path / "s") == []
+    swapped = point == "commit:manifest-swapped"
+    assert ((tmp_path / "s" / "manifest.json").read_bytes() == before) != swapped
+    assert ks.open_store(tmp_path / "s").version == 1 + swapped
+    assert ks.ingest([qlib_dir], tmp_path / "s", replace=True).version == 2 + swapped   # the next writer recovers
+    assert ks.verify_store(tmp_path / "s") == [] and ks.open_store(tmp_path / "s").n_symbols == 154
+    if point.startswith("qlib:"):
+        r = run_cli("ingest", "-q", str(qlib_dir), "-o", str(tmp_path / "first"), env={"KLINE_STORE_CRASH_AT": point})
+        assert r.returncode == -signal.SIGKILL and not (tmp_path / "first" / "manifest.json").exists()
+        assert ks.ingest([qlib_dir], tmp_path / "first").version == 1
