@@ -22,7 +22,7 @@ import numpy as np
 
 from . import runs
 from ..errors import InputError
-from ..store import identity, timeaxis as TA
+from ..store import identity, timeaxis
 from ..store.snapshot import Store, open_store
 from ..store import create_store
 
@@ -149,7 +149,7 @@ def settle(bars, stated: str | None, skip_bad: bool):
     from .grid import drop      # one layer below: the same leaving out as the intraday sizes
 
     per: list = []
-    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY,
+    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=timeaxis.MINUTES_PER_DAY,
                     counts=(len(bars.names), len(bars.files)), per_symbol=per)
     kinds = sorted(set(sizes.values()), key=[DAY, WEEK, MONTH].index)
     if len(kinds) > 1 and skip_bad:
@@ -194,12 +194,12 @@ def _file_of(bars, s: int) -> str:
 
 def check_append(manifest: dict, bars, store: Path) -> None:
     """An append brings bars of the store's own size; one line naming both sizes otherwise."""
-    if manifest.get("freq", TA.DAILY) != TA.DAILY:
+    if manifest.get("freq", timeaxis.DAILY) != timeaxis.DAILY:
         return
     have = manifest.get("bar", DAY)
     # An append of a few days says little about its bar size (days 1 and 7 of a symbol: a gap of 6): a file is
     # judged by at least three gaps.
-    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=TA.MINUTES_PER_DAY,
+    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=timeaxis.MINUTES_PER_DAY,
                     counts=(len(bars.names), len(bars.files)))
     for i, k in sizes.items():
         if k != have:
@@ -247,7 +247,7 @@ def resample_days(store: str | os.PathLike | Store, out: str | os.PathLike, bar:
     """Weekly or monthly bars at ``out`` from a daily store (see the module's docstring)."""
     st = store if isinstance(store, Store) else open_store(store)
     have = st.manifest.get("bar", DAY)
-    if st.freq != TA.DAILY:
+    if st.freq != timeaxis.DAILY:
         raise InputError(f"{st.path}: {st.freq} bars; resample it to 1d first (`kline-store resample --freq 1d`), "
                          f"then that store to {bar}")
     order = [DAY, WEEK, MONTH]

@@ -26,7 +26,7 @@ from ..system.pages import readahead
 from ..feed.prefetch import KeepTorchThreads, SingleThreaded, single_threaded_torch
 from ..samples.dataset import KlineDataset
 from ..samples.gather import window_view
-from . import classic as CL
+from . import classic
 from .timing import shut_down, time_batches
 
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
@@ -160,7 +160,7 @@ class Run:
     per_sample: int
     seed: int
     start: torch.Tensor
-    layout: CL.Layout
+    layout: classic.Layout
 
 
 def _loader_rate(make: Callable[[], Any], n: int, warmup: int) -> float:
@@ -243,16 +243,16 @@ def _measure_per_sample(name: str, run: Run) -> tuple[float, int, str]:
             times[k] = clock() - t0
         return 1.0 / float(times.mean()), m, f"median {statistics.median(times) * 1e6:.1f} us per call"
     if name == "memmap_prefetch":
-        gen = CL.memmap_prefetch(lay, b, run.seed)
+        gen = classic.memmap_prefetch(lay, b, run.seed)
         try:
             return time_batches(gen, samples=m, warmup_batches=8).samples_per_s, m, ""
         finally:
             gen.close()
     if name == "classic_dl4":
-        return _loader_rate(lambda: DataLoader(CL.MemmapDataset(lay), batch_size=b, shuffle=True, **RECIPE), m,
+        return _loader_rate(lambda: DataLoader(classic.MemmapDataset(lay), batch_size=b, shuffle=True, **RECIPE), m,
                             16), m, ""
     if name in ("classic_dl0", "file_read"):
-        cls = CL.PreadDataset if name == "file_read" else CL.MemmapDataset
+        cls = classic.PreadDataset if name == "file_read" else classic.MemmapDataset
         return _loader_rate(lambda: DataLoader(cls(lay), batch_size=b, shuffle=True), m, 4), m, ""
     return _measure_qlib(name, run)
 
@@ -262,7 +262,7 @@ def _measure_qlib(name: str, run: Run) -> tuple[float, int, str]:
     n_sym = min(QLIB_SYMBOLS, st.n_symbols)
     fidx = [st.fields.index(f) for f in run.fields]
     t0 = time.perf_counter()
-    sampler = CL.qlib_sampler(np.asarray(st.panel[:n_sym][:, :, fidx]), st.dates, st.symbols[:n_sym],
+    sampler = classic.qlib_sampler(np.asarray(st.panel[:n_sym][:, :, fidx]), st.dates, st.symbols[:n_sym],
                               run.fields, run.ds.window, st.dates[run.ds.window - 1])
     setup = f"{n_sym} symbols, set-up {time.perf_counter() - t0:.1f} s"
     m = run.per_sample
