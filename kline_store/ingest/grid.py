@@ -388,5 +388,5 @@ def check_append(manifest: dict, bars, store: Path, skip_bad: bool):
                              f"append bars of its size, or ingest these into another store")
     files = range(len(bars.files))
     if not skip_bad and m.gaps(files)[1: timeaxis.minutes(size)].any():
-        return bars   # bars closer than the store's: refused as finer, naming the line (update.make_plan)
+        return bars   # bars closer than the store's: refused as finer, naming the line (update.plan_append)
     return off_grid(bars, size, m.times(files), skip_bad, on=on, where=f"{store} ({size})")

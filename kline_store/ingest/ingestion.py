@@ -25,7 +25,7 @@ from .. import progress
 from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
-from .layout import Layout
+from .layout import PanelLayout
 from ..store.blockwriter import BlockWriter
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
@@ -216,7 +216,7 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     source = adjust.factor_source(fields)
     dates = timeaxis.stamps(cal, axis.unit)
     rows = {s: i for i, s in enumerate(symbols)}
-    lay = Layout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
+    lay = PanelLayout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
     first, last = bar_extent(lay.present)
     note = calnote.foreign_dates(lay.present, first, last, dates, symbols) \
         if axis.freq == timeaxis.DAILY and calendar is None else None

@@ -23,7 +23,7 @@ STEP = 1 << 16   # bars at a time: temporaries that stay in the cache
 
 
 @dataclass
-class Layout:
+class PanelLayout:
     """Rows and calendar of a new panel, and the bars of each row (see :meth:`of`)."""
 
     rows_of: np.ndarray          # symbol code -> row
@@ -34,7 +34,7 @@ class Layout:
     order: np.ndarray | None
 
     @classmethod
-    def of(cls, bars: Bars, calendar: np.ndarray, unit: str, rows_of: np.ndarray) -> "Layout":
+    def of(cls, bars: Bars, calendar: np.ndarray, unit: str, rows_of: np.ndarray) -> "PanelLayout":
         """The layout of ``bars``; InputError for a bar outside the calendar or a duplicated bar."""
         n_rows = int(rows_of.max()) + 1 if len(rows_of) else 0
         out = cls(rows_of, timeaxis.KeyIndex(calendar), timeaxis.MINUTES_PER_DAY if unit == "D" else 1,

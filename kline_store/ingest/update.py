@@ -38,7 +38,7 @@ from ..store.snapshot import Store, open_store
 
 
 @dataclass
-class Plan:
+class AppendPlan:
     """What an append will do, computed before anything is written."""
 
     calendar: np.ndarray          # new calendar: keys in the store's unit (days or minutes since 1970)
@@ -188,11 +188,11 @@ def _store_zone(store) -> str | None:
 
 
 def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: exchanges.Exchange | None = None
-          ) -> tuple[Plan, dict[str, float]]:
+          ) -> tuple[AppendPlan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
                                      bars.fields)
-    return make_plan(old, bars, calendar, exchange), rebase
+    return plan_append(old, bars, calendar, exchange), rebase
 
 
 def calendar_file_of(manifest: dict) -> str | None:
@@ -216,7 +216,8 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
                          f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
 
 
-def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: exchanges.Exchange | None = None) -> Plan:
+def plan_append(old: Store, bars: Bars, calendar: np.ndarray | None = None,
+                exchange: exchanges.Exchange | None = None) -> AppendPlan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
     exchange = exchange or exchanges.Exchange.of(old.manifest, None, False)
@@ -299,28 +300,28 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchan
             counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
-        return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
+        return AppendPlan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
     marks = exchange.marks(old.manifest, cal, axis.unit, axis.sessions is None) if calendar is None else {}
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
-    return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
+    return AppendPlan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
                 reason or "new days/symbols only", source, marks=marks)
 
 
-def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+def write_tail(store_dir: Path, old: Store, bars: Bars, plan: AppendPlan, rebase: dict[str, float]) -> dict:
     """Write new days/rows in place beyond every committed version's view; extend checksums; commit.
 
     Only cells no committed version can see are written: new days of old rows, and new rows. Bars on stored
-    days were found identical by make_plan (else this would be a rewrite) and are not written again.
+    days were found identical by plan_append (else this would be a rewrite) and are not written again.
     """
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
     fresh = bars.subset(new)
-    place = panel.Placement.of(plan.sym[new], plan.pos[new], n_rows)
+    place = panel.BarPlacement.of(plan.sym[new], plan.pos[new], n_rows)
     with TailAppend(store_dir, m, n_rows, n_new, nf, pinned=old._fd, crash="tail") as txn:
         state = _write_tail_blocks(txn, old, fresh, place, plan)
     none = np.iinfo(np.int64).max
@@ -334,7 +335,7 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
                                          rebase))
 
 
-def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: panel.Placement, plan: Plan
+def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: panel.BarPlacement, plan: AppendPlan
                        ) -> np.ndarray | None:
     """pwrite the new days of old rows and the new rows, a block at a time; returns the event state."""
     n_old_rows, n_old = old.n_symbols, old.n_dates
@@ -362,13 +363,13 @@ def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: panel.Pl
     return state
 
 
-def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: AppendPlan, rebase: dict[str, float]) -> dict:
     """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions, the revised
     bars laid over them, built and written a block of rows at a time."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
     old_pos = np.searchsorted(plan.calendar, old.dates.astype(np.int64))
-    place = panel.Placement.of(plan.sym, plan.pos, n_rows)
+    place = panel.BarPlacement.of(plan.sym, plan.pos, n_rows)
     events = plan.factor_source == adjust.EVENTS
     state = np.full(n_rows, np.nan) if events else None
     present_rows = []
@@ -393,7 +394,7 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
                           **_manifest_fields(old, plan, first, last, int(present.sum()), bars, state, rebase))
 
 
-def _manifest_fields(old: Store, plan: Plan, first: np.ndarray, last: np.ndarray, n_bars: int, bars: Bars,
+def _manifest_fields(old: Store, plan: AppendPlan, first: np.ndarray, last: np.ndarray, n_bars: int, bars: Bars,
                      factor_state: np.ndarray | None, rebase: dict[str, float]) -> dict:
     """The new version's manifest fields (``build_manifest``'s keywords but version, data, capacity and
     created_at, which the transaction fills in)."""

@@ -160,7 +160,7 @@ class Run:
     per_sample: int
     seed: int
     start: torch.Tensor
-    layout: classic.Layout
+    layout: classic.WindowFile
 
 
 def _loader_rate(make: Callable[[], Any], n: int, warmup: int) -> float:

@@ -35,7 +35,7 @@ def test_blocks_equal_a_dense_reference(seed, step, grouped, monkeypatch):
         r, p = r[o], p[o]
     values = rng.random((len(r), 2)).astype(np.float32)
     b = bars_of(code_of_row[r], calendar[p], values, ["close", "volume"], names)
-    lay = L.Layout.of(b, calendar, "D", rows_of)
+    lay = L.PanelLayout.of(b, calendar, "D", rows_of)
     assert (lay.order is None) == bool(grouped or (np.diff(r) >= 0).all())
     want = np.full((n_sym, n_dates, 3), np.nan, np.float32)
     want[r, p, 1:] = values
@@ -51,7 +51,7 @@ def test_a_duplicate_and_a_date_outside_the_calendar_are_named(monkeypatch):
     names = ["A", "B"]
     dup = bars_of([0, 0, 1, 0], [19000, 19001, 19000, 19000], np.ones((4, 1)), ["close"], names)
     with pytest.raises(InputError, match="duplicate bar: symbol A at 2022-01-08 15:00 appears 2 times"):
-        L.Layout.of(dup, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
+        L.PanelLayout.of(dup, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
     off = bars_of([0, 1, 1], [19000, 19000, 19005], np.ones((3, 1)), ["close"], names)
     with pytest.raises(InputError, match=r"1 bar\(s\) at 1 date\(s\) not in the calendar \(2022-01-13\)"):
-        L.Layout.of(off, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
+        L.PanelLayout.of(off, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
