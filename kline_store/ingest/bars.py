@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns, dates, exchanges, runs
+from . import adjust, columns, dates, exchanges, bar_gaps
 from ..store import sessions as store_sessions, timeaxis
 from .dates import parse_days
 from ..errors import InputError
@@ -417,8 +417,8 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     and checked (no detection or finer check again)."""
     f = settled or (timeaxis.parse_freq(freq) if freq is not None else None)
     if f is None:
-        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else timeaxis.DAILY
-    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
+        f = bar_gaps.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else timeaxis.DAILY
+    finer = bar_gaps.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
     if finer is not None:
         raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {timeaxis.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runs
+from . import bar_gaps
 from ..errors import InputError
 from ..store import identity, timeaxis
 from ..store.snapshot import Store, open_store
@@ -68,21 +68,21 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int =
             counts: tuple[int, int] | None = None, per_symbol: list | None = None) -> dict[int, str]:
     """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
     index -> "1d"/"1w"/"1mo"). ``days``: each bar's day, or its stamp in ``1 / per_day`` days (minutes with
-    1440). Grouped bars are read a chunk at a time (runs.py); others are sorted. ``per_symbol``: a list that
-    receives each symbol's gaps by class (runs.SymbolGaps; grouped bars only)."""
+    1440). Grouped bars are read a chunk at a time (bar_gaps.py); others are sorted. ``per_symbol``: a list that
+    receives each symbol's gaps by class (bar_gaps.SymbolGaps; grouped bars only)."""
     n = len(days)
     if n < 2:
         return {}
     n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
     try:
-        hist, week, month = runs.day_gaps(runs.column(days, per_day), runs.column(sym), runs.column(file), n,
+        hist, week, month = bar_gaps.day_gaps(bar_gaps.column(days, per_day), bar_gaps.column(sym), bar_gaps.column(file), n,
                                           n_sym, n_files, CLIP, CLASSES if per_symbol is not None else None,
                                           per_symbol)
-    except runs.NotGrouped:
+    except bar_gaps.NotGrouped:
         return _by_file_sorted(np.asarray(days, dtype=np.int64) // per_day, sym, file, min_gaps)
     out: dict[int, str] = {}
     for f in np.flatnonzero(hist.sum(axis=1) >= max(min_gaps, 1)).tolist():
-        kind = classify(runs.median(hist[f]))
+        kind = classify(bar_gaps.median(hist[f]))
         if (kind == WEEK and week[f]) or (kind == MONTH and month[f]):
             kind = DAY
         out[f] = kind
@@ -125,7 +125,7 @@ def detect(bars, stated: str | None) -> str:
     return settle(bars, stated, False)[1]
 
 
-def symbol_kinds(gaps: runs.SymbolGaps, min_gaps: int = 3) -> dict[int, str]:
+def symbol_kinds(gaps: bar_gaps.SymbolGaps, min_gaps: int = 3) -> dict[int, str]:
     """Each symbol's size (daily, weekly, monthly) from its gaps by class: the class of its median gap (the lower
     middle one), weekly or monthly only without two bars in one week or month; symbols of fewer gaps: none."""
     total = gaps.counts.sum(axis=1)

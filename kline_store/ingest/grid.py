@@ -1,7 +1,7 @@
 """One bar size per store: each input file's and each symbol's bar size, and bars off the store's grid.
 
 A store holds bars of one size. Its inputs are measured in one pass over the bars read (a chunk at a time when
-they come grouped, runs.py): per file, the gaps in minutes between a symbol's consecutive bars of one day and the
+they come grouped, bar_gaps.py): per file, the gaps in minutes between a symbol's consecutive bars of one day and the
 bars at each time of day; per symbol of a file, its bars, its same-day pairs and the range of its times of day.
 
 * A symbol of a file is **daily** when it has three bars or more, never two on one day, at one time of day (give or
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runs
+from . import bar_gaps
 from ..errors import InputError
 from ..store import timeaxis
 from .inputs import shown
@@ -107,10 +107,10 @@ def measure(bars) -> Measure:
     lo, hi = span if span is not None else ((int(np.min(bars.minute)), int(np.max(bars.minute))) if n else (0, 0))
     day0 = lo // PER_DAY
     n_days = hi // PER_DAY - day0 + 1
-    cols = (runs.column(bars.file), runs.column(bars.sym), runs.column(bars.minute))
+    cols = (bar_gaps.column(bars.file), bar_gaps.column(bars.sym), bar_gaps.column(bars.minute))
     try:
         return _measure(cols, n, n_sym, max(len(bars.files), 1), day0, n_days)
-    except runs.NotGrouped:
+    except bar_gaps.NotGrouped:
         f, s, m = (np.asarray(c, dtype=np.int64) for c in (bars.file, bars.sym, bars.minute))
         order = np.lexsort((m, s, f))
         cols = tuple((lambda arr: (lambda a, b: arr[a:b]))(x[order]) for x in (f, s, m))
@@ -135,7 +135,7 @@ def _measure(cols, n: int, n_sym: int, n_files: int, day0: int, n_days: int) -> 
         return key * n_days + (times(a, b) // PER_DAY - day0)
 
     first = True
-    for c in runs.chunks(n, group, times, n_files * n_sym * n_days):
+    for c in bar_gaps.chunks(n, group, times, n_files * n_sym * n_days):
         s = 0 if first else 1                        # a chunk's first bar is the previous chunk's last
         first = False
         t = c.t[s:] % PER_DAY
@@ -282,7 +282,7 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
         raise InputError(f"bars are {describe(keep)}, which does not divide a day; pass --freq")
     bars = off_grid(bars, keep, m.times(kept), skip_bad)
     if m.gaps(kept)[1: timeaxis.minutes(keep)].any():   # bars closer than the size: find the first (a pass)
-        i = runs.finer_than(keep, bars.minute, bars.sym, len(bars.names), bars.span)
+        i = bar_gaps.finer_than(keep, bars.minute, bars.sym, len(bars.names), bars.span)
         if i is not None:
             said = f"--freq {given}: " if given else ""
             raise InputError(f"{bars.where(i)}: {said}bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than {keep} "
@@ -334,10 +334,10 @@ def off_grid(bars, size: str, times: np.ndarray, skip_bad: bool, on: np.ndarray 
     on = grid_phases(times, size) if on is None else on
     if (times.reshape(PER_DAY // k, k).sum(axis=0)[~on] == 0).all():
         return bars
-    col = runs.column(bars.minute)
+    col = bar_gaps.column(bars.minute)
     off = []
-    for a in range(0, len(bars), runs.STEP):
-        t = col(a, min(a + runs.STEP, len(bars)))
+    for a in range(0, len(bars), bar_gaps.STEP):
+        t = col(a, min(a + bar_gaps.STEP, len(bars)))
         off.append(np.flatnonzero(~on[(t % PER_DAY) % k]) + a)
     idx = np.concatenate(off)
     if not len(idx):

@@ -18,14 +18,14 @@ import numpy as np
 import dataclasses
 from dataclasses import dataclass
 
-from . import adjust, barsize, calnote, exchanges, frames, grid, panel, qlib_store
+from . import adjust, barsize, calnote, exchanges, from_frames, grid, panel, qlib_store
 from ..store import timeaxis
 from .dates import check_timezone, exchange_zone, moved_note
 from .. import progress
 from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
-from .layout import PanelLayout
+from .panel_layout import PanelLayout
 from ..store.blockwriter import BlockWriter
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
@@ -122,9 +122,9 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     """``ingest`` with its options as objects: files, folders, globs, a Qlib directory or a DataFrame."""
     t0 = time.perf_counter()
     if not isinstance(out, (str, os.PathLike)):
-        raise InputError(f"out={frames.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
-    if frames.is_frame(inputs):   # read like a file, with every option a file takes
-        with frames.as_file(inputs, read, axis.timezone) as path:
+        raise InputError(f"out={from_frames.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
+    if from_frames.is_frame(inputs):   # read like a file, with every option a file takes
+        with from_frames.as_file(inputs, read, axis.timezone) as path:
             return ingest_with([path], out, read, axis, writing)
     inputs = as_input_list(inputs)
     out = Path(out)

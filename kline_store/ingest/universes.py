@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from . import frames, qlib_format
+from . import from_frames, qlib_format
 from .inputs import is_parquet, location
 from ..errors import InputError
 from ..store import lock, manifest as mf, universes, writer
@@ -50,10 +50,10 @@ class Listing:
 
 def read_source(source: Any) -> tuple[list[Listing], str]:
     """The memberships of ``source`` (a path or a DataFrame) and how to name it in the manifest."""
-    if frames.is_frame(source):
-        return _from_table(frames.to_polars(source), frames.LABEL, lambda i: f"row {i + 1}"), frames.LABEL
+    if from_frames.is_frame(source):
+        return _from_table(from_frames.to_polars(source), from_frames.LABEL, lambda i: f"row {i + 1}"), from_frames.LABEL
     if not isinstance(source, (str, os.PathLike)):
-        raise InputError(f"universe source {frames.describe(source)}: expected a file (Qlib instruments file, CSV or "
+        raise InputError(f"universe source {from_frames.describe(source)}: expected a file (Qlib instruments file, CSV or "
                          f"Parquet of symbol, start, end) or a DataFrame")
     path = Path(source)
     if not path.exists():

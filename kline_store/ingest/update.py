@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, dates, exchanges, frames, grid, panel
+from . import adjust, barsize, dates, exchanges, from_frames, grid, panel
 from ..store import NewVersion, TailAppend, bar_extent, collect, lock, manifest as mf, universes, writer
 from ..store import sessions, timeaxis
 from .bars import Axis, Bars, read_bars, read_calendar, where_day
@@ -101,11 +101,11 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                 wait: float = 0.0, quiet: bool = True) -> IngestReport:
     """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
-    if frames.is_frame(inputs):   # read like a file, with every option a file takes
-        with frames.as_file(inputs, read, _store_zone(store)) as path:
+    if from_frames.is_frame(inputs):   # read like a file, with every option a file takes
+        with from_frames.as_file(inputs, read, _store_zone(store)) as path:
             return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
-        raise InputError(f"store={frames.describe(store)}: expected a store directory path (ks.append(store, inputs))")
+        raise InputError(f"store={from_frames.describe(store)}: expected a store directory path (ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest

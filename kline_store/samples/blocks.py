@@ -31,7 +31,7 @@ from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
 from .count_cache import (cache_file, cache_key, cached, forget, ignore, overlap, read_arrays, sample_rng,
                           save_arrays, window_days)
-from .pages import Mappings, drop_rows, mapping_base
+from .block_pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
 from ..store.universes import Universe

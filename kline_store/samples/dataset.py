@@ -37,7 +37,7 @@ from ..feed.collate import GatheredBatch
 from .ranges import DateLike
 from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, resident_gather, sample_layout
-from .pages import read_rows, release_rows
+from .block_pages import read_rows, release_rows
 from ..feed.loader import KlineLoader
 from ..feed.options import LoaderOptions
 from ..feed.shm import WorkerRing

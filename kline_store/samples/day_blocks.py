@@ -30,7 +30,7 @@ from ..memory import Available, available, gib
 from .blocks import FULL_INDEX_FRACTION, page_dropper, universe_key, window_bounds
 from .count_cache import (cache_file, cache_key, cached, forget, ignore, read_arrays, sample_rng, save_arrays,
                           window_days)
-from .pages import Mappings, mapping_base
+from .block_pages import Mappings, mapping_base
 from .spec import SamplePlan
 from ..store.universes import Universe
 

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import frames, lock, manifest as mf, safefs, timeaxis
+from . import to_frames, lock, manifest as mf, safefs, timeaxis
 from .universes import Universe, names as universe_names
 from ..errors import InputError, StoreError
 from ..progress import track
@@ -167,13 +167,13 @@ class Store:
         or ``time``, fields), sorted by symbol and date; ``wide=True``: one field as date x symbol. ``start`` and
         ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). Every value is on the
         row of the day it describes (a features store's label too); ``universe``: only its members' rows on their
-        member days (wide: NaN elsewhere). See store/frames.py."""
-        return frames.to_polars(self, symbols, start, end, fields, wide, universe)
+        member days (wide: NaN elsewhere). See store/to_frames.py."""
+        return to_frames.to_polars(self, symbols, start, end, fields, wide, universe)
 
     def to_pandas(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
                   fields: Sequence[str] | str | None = None, wide: bool = False, universe: str | None = None):
         """As :meth:`to_polars`, a pandas DataFrame (``wide=True``: indexed by date, one column per symbol)."""
-        return frames.to_pandas(self, symbols, start, end, fields, wide, universe)
+        return to_frames.to_pandas(self, symbols, start, end, fields, wide, universe)
 
     @property
     def logical_bytes(self) -> int:
