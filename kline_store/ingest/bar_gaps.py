@@ -29,7 +29,7 @@ class NotGrouped(Exception):
 
 
 @dataclass
-class Chunk:
+class GapChunk:
     """Bars ``first .. first + len(t) - 1`` and the pairs of neighbours among them: pair ``p`` joins bars ``p``
     and ``p + 1`` (of this chunk); ``same[p]`` when both are of one group, ``d[p]`` the later time minus the
     earlier in file order (0 where ``same`` is False)."""
@@ -41,7 +41,7 @@ class Chunk:
     d: np.ndarray
 
 
-def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = None) -> Iterator[Chunk]:
+def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = None) -> Iterator[GapChunk]:
     """The bars a chunk at a time, each chunk beginning with the last bar of the one before (so every pair of
     neighbours is in exactly one chunk).
 
@@ -81,7 +81,7 @@ def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = 
             # the run open at the end: the last segment, unless the chunk's last bar starts a new one
             open_new = not same[-1]
             up_open, down_open = (False, False) if open_new else (bool(up[-1]), bool(down[-1]))
-        yield Chunk(a, k, t, same, d)
+        yield GapChunk(a, k, t, same, d)
     if seen is None and starts:
         every = np.concatenate(starts)
         if len(np.unique(every)) != len(every):

@@ -32,7 +32,7 @@ from ..errors import InputError
 from ..progress import track
 from .report import IngestReport
 from ..store.snapshot import open_store
-from .universes import Listing, to_spans
+from .universes_in import Listing, to_spans
 from .validate import Problem
 
 
@@ -69,7 +69,7 @@ def provider_input(inputs: Sequence[str | os.PathLike], instruments: str | None 
 
 
 @dataclass
-class Built:
+class ProviderBuilt:
     """What an ingest of a provider directory committed."""
 
     manifest: dict
@@ -92,7 +92,7 @@ def field_order(names: set[str]) -> list[str]:
     return [f for f in columns.BASE_FIELDS if f in names] + sorted(names - set(columns.BASE_FIELDS))
 
 
-def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
+def build_store(src: Provider, out: Path, capacity: int | None = None) -> ProviderBuilt:
     """Write the provider's data as the next version of the store at ``out``; hold its writer lock."""
     calendar = qlib_format.read_calendar(src.root)
     listing = qlib_format.instruments_file(src.root, src.instruments)
@@ -134,7 +134,7 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
     if missing:
         problems.append(Problem("no_features", f"listed in {listing.name} without a features folder, left out",
                                 len(missing), missing[:3], unit="instrument(s)"))
-    return Built(m, n_files, n_bars, symbols, fields, calendar, problems, notes)
+    return ProviderBuilt(m, n_files, n_bars, symbols, fields, calendar, problems, notes)
 
 
 def bar_size(calendar: np.ndarray) -> str:
@@ -144,8 +144,8 @@ def bar_size(calendar: np.ndarray) -> str:
     return barsize.by_file(days, zeros, zeros).get(0, barsize.DAY)
 
 
-def markets(root: Path, listing: Path, entries: list[qlib_format.Span], symbols: list[str], missing: frozenset[str],
-            calendar: np.ndarray) -> tuple[dict, list[str]]:
+def markets(root: Path, listing: Path, entries: list[qlib_format.InstrumentLine], symbols: list[str],
+            missing: frozenset[str], calendar: np.ndarray) -> tuple[dict, list[str]]:
     """The universes an ingest keeps (manifest value) and what the report says of them.
 
     The instruments file asked for is kept under its name unless it is ``all`` (the store's own symbols); its

@@ -149,7 +149,7 @@ def _ceiling_first_touch(ds: KlineDataset, start: torch.Tensor, batch_size: int)
 
 
 @dataclasses.dataclass
-class Run:
+class BenchRun:
     """What every variant reads: the store, the dataset, the windows, the sizes."""
 
     store: Path
@@ -173,7 +173,7 @@ def _loader_rate(make: Callable[[], Any], n: int, warmup: int) -> float:
         gc.collect()
 
 
-def measure(name: str, run: Run) -> tuple[float, int, str]:
+def measure(name: str, run: BenchRun) -> tuple[float, int, str]:
     """``(windows/s, windows timed, note)`` of one variant, once."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pin_memory.*")       # pinning without CUDA: the recipe asks
@@ -181,7 +181,7 @@ def measure(name: str, run: Run) -> tuple[float, int, str]:
         return _measure_loud(name, run)
 
 
-def _measure_loud(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_loud(name: str, run: BenchRun) -> tuple[float, int, str]:
     ds, b, n = run.ds, run.batch_size, run.n
     if name == "ceiling":
         rate, how = ceiling(ds, run.start, b)
@@ -229,7 +229,7 @@ def _measure_loud(name: str, run: Run) -> tuple[float, int, str]:
     return _measure_per_sample(name, run)
 
 
-def _measure_per_sample(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_per_sample(name: str, run: BenchRun) -> tuple[float, int, str]:
     b, m = run.batch_size, run.per_sample
     lay = run.layout
     if name == "getitem":
@@ -257,7 +257,7 @@ def _measure_per_sample(name: str, run: Run) -> tuple[float, int, str]:
     return _measure_qlib(name, run)
 
 
-def _measure_qlib(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_qlib(name: str, run: BenchRun) -> tuple[float, int, str]:
     st = run.ds.store
     n_sym = min(QLIB_SYMBOLS, st.n_symbols)
     fidx = [st.fields.index(f) for f in run.fields]
@@ -278,5 +278,5 @@ def _measure_qlib(name: str, run: Run) -> tuple[float, int, str]:
     return rate, m, setup
 
 
-__all__ = ["CLASSIC", "LABELS", "PER_SAMPLE", "QLIB_SYMBOLS", "RECIPE", "Run", "VARIANTS", "ceiling", "measure",
+__all__ = ["CLASSIC", "LABELS", "PER_SAMPLE", "QLIB_SYMBOLS", "RECIPE", "BenchRun", "VARIANTS", "ceiling", "measure",
            "memcpy_bandwidth"]
