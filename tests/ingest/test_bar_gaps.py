@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from kline_store.ingest import bar_gaps, barsize
-from kline_store.store import timeaxis as TA
+from kline_store.store import timeaxis
 
 
 def _grouped(rng, n_groups, descending, dup=False):
@@ -75,14 +75,14 @@ def test_minute_gaps_of_grouped_bars_match_the_sorted_definition(seed, descendin
     bar_gaps.STEP = step
     try:
         try:
-            want = TA.detect_freq(minute, sym)
+            want = timeaxis.detect_freq(minute, sym)
         except Exception as exc:                  # a gap that does not divide a day: the same error
             with pytest.raises(type(exc)):
                 bar_gaps.detect_freq(minute, sym, 5)
         else:
             assert bar_gaps.detect_freq(minute, sym, 5) == want
         for freq in ("5min", "15min"):
-            assert bar_gaps.finer_than(freq, minute, sym, 5) == TA.finer_than(freq, minute, sym)
+            assert bar_gaps.finer_than(freq, minute, sym, 5) == timeaxis.finer_than(freq, minute, sym)
     finally:
         bar_gaps.STEP = old
 
@@ -103,7 +103,7 @@ def test_clipped_gaps_keep_the_class():
 @given(st.lists(st.integers(-10**6, 10**6), min_size=0, max_size=50), st.integers(0, 3))
 def test_unique_keys_and_key_index(values, spread):
     keys = np.asarray(values, dtype=np.int64) * (10 ** spread)     # dense, then too sparse for a table
-    assert TA.unique_keys(keys).tolist() == np.unique(keys).tolist()
+    assert timeaxis.unique_keys(keys).tolist() == np.unique(keys).tolist()
     cal = np.unique(keys[: len(keys) // 2])
     want = np.array([int(np.flatnonzero(cal == k)[0]) if k in cal else -1 for k in keys], dtype=np.int64)
-    assert TA.KeyIndex(cal).find(keys).tolist() == want.tolist()
+    assert timeaxis.KeyIndex(cal).find(keys).tolist() == want.tolist()
