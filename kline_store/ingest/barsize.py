@@ -75,8 +75,9 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int =
         return {}
     n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
     try:
-        hist, week, month = bar_gaps.day_gaps(bar_gaps.column(days, per_day), bar_gaps.column(sym), bar_gaps.column(file), n,
-                                          n_sym, n_files, CLIP, CLASSES if per_symbol is not None else None,
+        hist, week, month = bar_gaps.day_gaps(bar_gaps.column(days, per_day), bar_gaps.column(sym),
+                                              bar_gaps.column(file), n, n_sym, n_files, CLIP,
+                                              CLASSES if per_symbol is not None else None,
                                           per_symbol)
     except bar_gaps.NotGrouped:
         return _by_file_sorted(np.asarray(days, dtype=np.int64) // per_day, sym, file, min_gaps)

@@ -43,7 +43,8 @@ def clock_text(raw: pl.Series, path: Path, column: str, line: Callable[[int], st
         whole = raw.fill_nan(None)
         if (whole.drop_nulls() != whole.drop_nulls().round(0)).any():
             i = int(((whole != whole.round(0)).fill_null(False)).arg_max())
-            raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} ({EXPECTED})")
+            raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} "
+                             f"({EXPECTED})")
         raw = whole.cast(pl.Int64)
     text = raw.cast(pl.String).str.strip_chars()
     text = pl.select(pl.when(text.is_in(columns.NULL_VALUES)).then(None).otherwise(text).alias("t")).to_series()
@@ -60,7 +61,8 @@ def clock_text(raw: pl.Series, path: Path, column: str, line: Callable[[int], st
                                 | short).fill_null(True)
     if bad.any():
         i = int(bad.arg_max())
-        raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} ({EXPECTED})")
+        raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} "
+                         f"({EXPECTED})")
     # a fraction of a second is kept: the stamp then has seconds, refused or rounded (--round-stamps) as any
     frac = pl.select(pl.when(digits).then(pl.lit("")).otherwise(text.str.extract(_CLOCK, 4).fill_null(""))).to_series()
     return pl.select(pl.when(text.is_null()).then(None)

@@ -285,11 +285,12 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
         i = bar_gaps.finer_than(keep, bars.minute, bars.sym, len(bars.names), bars.span)
         if i is not None:
             said = f"--freq {given}: " if given else ""
-            raise InputError(f"{bars.where(i)}: {said}bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than {keep} "
-                             f"after the symbol's previous bar: the bars are finer (leave --freq out, then resample "
+            raise InputError(f"{bars.where(i)}: {said}bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than "
+                             f"{keep} after the symbol's previous bar: the bars are finer (leave --freq out, then "
+                             f"resample "
                              f"the store)" if given else
-                             f"{bars.where(i)}: bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than {keep} after "
-                             f"the symbol's previous bar, in a file of {describe(keep)}")
+                             f"{bars.where(i)}: bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than {keep} "
+                             f"after the symbol's previous bar, in a file of {describe(keep)}")
     return bars, keep
 
 

@@ -131,7 +131,8 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
     freq = axis.freq
-    qlib = qlib_store.provider_input(inputs, writing.instruments, axis.calendar, dict(read.user_map), read.symbol_pattern)
+    qlib = qlib_store.provider_input(inputs, writing.instruments, axis.calendar, dict(read.user_map),
+                                     read.symbol_pattern)
     if qlib is not None and (axis.sessions or axis.stamp or
                              (freq and (barsize.parse(freq) or timeaxis.parse_freq(freq)) != timeaxis.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
@@ -164,8 +165,9 @@ def _on_sessions(bars: Bars, cal: np.ndarray, code: str) -> None:
     off = ~np.isin(bars.keys("D"), cal)
     if off.any():
         i = int(np.flatnonzero(off)[0])
-        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {timeaxis.show(int(bars.keys('D')[i]), 'D')} "
-                         f"is on no {code} session (a holiday or a weekend); {int(off.sum())} bar(s) in all")
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at "
+                         f"{timeaxis.show(int(bars.keys('D')[i]), 'D')} is on no {code} session (a holiday or a "
+                         f"weekend); {int(off.sum())} bar(s) in all")
 
 
 @dataclass

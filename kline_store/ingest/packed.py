@@ -179,7 +179,8 @@ def json_as_csv(path: Path) -> tuple[str, bytes]:
     said = ""
     for name, dt in df.schema.items():
         # pandas' to_json writes datetimes as epoch milliseconds: 13 digits, never a YYYYMMDD[HHMM[SS]] number
-        if dt.is_integer() and columns.ALIASES.get(columns.normalise(name)) == "date" and df[name].null_count() < df.height:
+        if (dt.is_integer() and columns.ALIASES.get(columns.normalise(name)) == "date"
+                and df[name].null_count() < df.height):
             lo, hi = df[name].min(), df[name].max()
             if 10**12 <= lo and hi < 10**13:   # type: ignore[operator]
                 df = df.with_columns(pl.from_epoch(pl.col(name), time_unit="ms").dt.strftime("%Y-%m-%d %H:%M:%S"))

@@ -129,7 +129,8 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Provid
                        n_bars=n_bars, sources=[source],
                        extra={"calendar_source": str(src.root / qlib_format.CALENDAR), "adj_factor_source": None,
                               mf.STORE_ID_KEY: mf.new_store_id(),
-                              **({"bar": bar} if bar != barsize.DAY else {}), **({universes.KEY: kept} if kept else {})})
+                              **({"bar": bar} if bar != barsize.DAY else {}),
+                              **({universes.KEY: kept} if kept else {})})
     problems = []
     if missing:
         problems.append(Problem("no_features", f"listed in {listing.name} without a features folder, left out",

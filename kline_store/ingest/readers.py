@@ -303,8 +303,8 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
             i = int(empty.arg_max())
             if not src.skip_bad:
                 raise InputError(f"{src.where(rows[i])}: column {src.time_column!r} is empty beside date "
-                                 f"{columns.short(raw[i])}: a bar needs its time of day (fix the file, or pass --skip-bad "
-                                 f"to leave such rows out)")
+                                 f"{columns.short(raw[i])}: a bar needs its time of day (fix the file, or pass "
+                                 f"--skip-bad to leave such rows out)")
             src.empty_times.extend(rows.filter(empty).to_list())
             keep = ~empty
             df, raw = df.filter(keep), raw.filter(keep)
@@ -401,4 +401,5 @@ def _explain_bad_value(src: Source) -> None:
             cell = str(value).strip()
             hint = (f" (a missing-value marker? pass --na {cell!r})"
                     if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
-            raise InputError(f"{src.where(row)}: column {columns.short(s)}: non-numeric value {columns.short(value)}{hint}")
+            raise InputError(f"{src.where(row)}: column {columns.short(s)}: non-numeric value "
+                             f"{columns.short(value)}{hint}")

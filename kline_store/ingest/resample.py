@@ -222,6 +222,6 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
              "timezone": st.manifest.get("timezone") or "exchange-local, naive",
              **({"stamp": stamp} if template is None and target != timeaxis.DAILY else {}),
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
-    create_store(out, panel, st.symbols, timeaxis.stamps(per.keys, timeaxis.unit(target)), fields, extra=extra, wait=wait,
-                 freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
+    create_store(out, panel, st.symbols, timeaxis.stamps(per.keys, timeaxis.unit(target)), fields, extra=extra,
+                 wait=wait, freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
     return ResampleReport(out, st.freq, target, st.n_symbols, st.n_dates, len(per.starts))

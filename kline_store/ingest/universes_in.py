@@ -51,10 +51,11 @@ class Listing:
 def read_source(source: Any) -> tuple[list[Listing], str]:
     """The memberships of ``source`` (a path or a DataFrame) and how to name it in the manifest."""
     if from_frames.is_frame(source):
-        return _from_table(from_frames.to_polars(source), from_frames.LABEL, lambda i: f"row {i + 1}"), from_frames.LABEL
+        table = from_frames.to_polars(source)
+        return _from_table(table, from_frames.LABEL, lambda i: f"row {i + 1}"), from_frames.LABEL
     if not isinstance(source, (str, os.PathLike)):
-        raise InputError(f"universe source {from_frames.describe(source)}: expected a file (Qlib instruments file, CSV or "
-                         f"Parquet of symbol, start, end) or a DataFrame")
+        raise InputError(f"universe source {from_frames.describe(source)}: expected a file (Qlib instruments file, "
+                         f"CSV or Parquet of symbol, start, end) or a DataFrame")
     path = Path(source)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -70,8 +71,8 @@ def read_source(source: Any) -> tuple[list[Listing], str]:
         return _from_table(table, str(path), lambda i: location(path, i)), str(path)
     head = _first_line(path)
     if _is_qlib_line(head):
-        return [Listing(s.symbol, s.first, s.last, f"{path}: line {s.line}") for s in qlib_format.read_instruments(path)], \
-            str(path)
+        return [Listing(s.symbol, s.first, s.last, f"{path}: line {s.line}")
+                for s in qlib_format.read_instruments(path)], str(path)
     sep = "\t" if "\t" in head else ","
     try:
         table = pl.read_csv(path, separator=sep, infer_schema=False)
@@ -265,9 +266,9 @@ class UniverseReport:
         if self.removed:
             return [f"store {self.store} (version {self.version}): universe {self.name} removed"]
         what = "unchanged" if self.unchanged else "stored"
-        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: {_count(self.symbols, 'symbol')}"
-               f", {_count(self.spans, 'span')} from {self.source}; {_count(self.members_last_day, 'member')} on "
-               f"{self.last_day}"]
+        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: "
+               f"{_count(self.symbols, 'symbol')}, {_count(self.spans, 'span')} from {self.source}; "
+               f"{_count(self.members_last_day, 'member')} on {self.last_day}"]
         if self.opened:
             out.append(f"note {self.opened} span(s) end on the store's last day {self.last_day}: kept open (they grow "
                        f"with appended days)")

@@ -105,7 +105,8 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
         with from_frames.as_file(inputs, read, _store_zone(store)) as path:
             return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
-        raise InputError(f"store={from_frames.describe(store)}: expected a store directory path (ks.append(store, inputs))")
+        raise InputError(f"store={from_frames.describe(store)}: expected a store directory path "
+                         f"(ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest
@@ -126,7 +127,8 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     code = str(calendar).upper() if exchanges.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
     bars = grid.check_append(head, bars, store_dir, read.skip_bad)   # daily or 5-minute bars into a 1-minute store: no
-    note_moved = dates.moved_note(moved, Axis.of(head).timezone) if head.get("freq", timeaxis.DAILY) == timeaxis.DAILY else None
+    daily = head.get("freq", timeaxis.DAILY) == timeaxis.DAILY
+    note_moved = dates.moved_note(moved, Axis.of(head).timezone) if daily else None
     if note_moved:
         bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
@@ -201,7 +203,7 @@ def calendar_file_of(manifest: dict) -> str | None:
     src = manifest.get("calendar_source")
     if not src or manifest.get("sessions") or str(src).startswith(("union of", "sessions ", "resampled from")):
         return None
-    if manifest.get("exchange") or exchanges.code_like(src):   # --calendar XSHG (recorded as the code before "exchange")
+    if manifest.get("exchange") or exchanges.code_like(src):   # --calendar XSHG (the code, before "exchange")
         return None
     return str(src)
 
@@ -212,8 +214,9 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         unit = Axis.of(old.manifest).unit
-        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {timeaxis.show(int(days[i]), unit)} is "
-                         f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at "
+                         f"{timeaxis.show(int(days[i]), unit)} is outside the store's {what} "
+                         f"({int(outside.sum())} bar(s) in all)")
 
 
 def plan_append(old: Store, bars: Bars, calendar: np.ndarray | None = None,
@@ -246,9 +249,10 @@ def plan_append(old: Store, bars: Bars, calendar: np.ndarray | None = None,
             raise InputError("--calendar lists trading dates of daily stores; an intraday store's calendar is its "
                              "sessions")
         span = np.r_[days, old_days[-1:]]
+        # --sessions XSHG: its days
         sessions_cal = (exchanges.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp, where,
-                                             axis.sessions if exchange.assume_weekdays else None)
-                        if axis.exchange else sessions.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
+                                                    axis.sessions if exchange.assume_weekdays else None)
+                        if axis.exchange else sessions.calendar(span, axis.sessions, axis.freq))
         cal = np.union1d(old_days, sessions_cal)
         _outside(old, bars, days, cal, f"sessions ({axis.sessions.name})")
     elif exchange.code is not None and calendar is None:

@@ -115,8 +115,8 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
     order = np.random.default_rng(seed).permutation(len(ds))[:n]
     s, t = ds.locate(order)
     x_fields = [st.fields.index(f) for f in ds.fields]
-    layout = classic.WindowFile(st.data_file, st.manifest["data"]["rows"], st.date_capacity, st.n_fields, x_fields, window,
-                       s, t)
+    layout = classic.WindowFile(st.data_file, st.manifest["data"]["rows"], st.date_capacity, st.n_fields, x_fields,
+                                window, s, t)
     run = BenchRun(path, ds, ds.fields, batch_size, n, min(classic_samples, n), seed,
                torch.from_numpy(s * st.date_capacity + t - (window - 1)), layout)
     settings.update(fields=ds.fields, windows_in_store=len(ds), store_shape=[st.n_symbols, st.n_dates, st.n_fields],
