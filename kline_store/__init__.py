@@ -23,7 +23,7 @@ _LAZY = {
     "ingest": ("kline_store.ingest.ingestion", "ingest"),
     "append": ("kline_store.ingest.update", "append"),
     "export": ("kline_store.ingest.exporter", "export"),
-    "set_universe": ("kline_store.ingest.universes", "set_universe"),
+    "set_universe": ("kline_store.ingest.universes_in", "set_universe"),
     "gc": ("kline_store.store.writer", "gc"),
     "KlineDataset": ("kline_store.samples.dataset", "KlineDataset"),
     "CrossSectionDataset": ("kline_store.samples.cross_section", "CrossSectionDataset"),

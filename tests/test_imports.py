@@ -32,12 +32,12 @@ TOP_DEPS = {"lightning": {"feed", "samples"}, "__init__": set(WING_DEPS)}
 # Inside each wing, bottom to top. The wing's __init__ comes last: it may re-export its modules.
 LAYERS = {
     "system": ["indexes", "cores", "background", "pages", "ranks", "__init__"],
-    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "frames", "sessions", "snapshot", "identity", "generation", "transaction", "writer", "blockwriter", "__init__"],
-    "ingest": ["columns", "options", "preamble", "clock", "frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "wide", "sources", "readers", "validate", "sink", "runs", "bars", "grid", "barsize", "calnote",
-               "panel", "layout", "report", "universes", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
+    "store": ["safefs", "universes", "manifest", "lock", "reclaim", "timeaxis", "periods", "labels", "to_frames", "sessions", "snapshot", "identity", "generation", "transaction", "writer", "blockwriter", "__init__"],
+    "ingest": ["columns", "options", "preamble", "clock", "from_frames", "packed", "qlib_format", "inputs", "textscan", "dates", "exchanges", "adjust", "wide", "sources", "readers", "validate", "sink", "bar_gaps", "bars", "grid", "barsize", "calnote",
+               "panel", "panel_layout", "report", "universes_in", "qlib_store", "ingestion", "update", "exporter", "resample", "__init__"],
     "feed": ["source", "background", "sampling", "options", "states", "agreement", "block_order", "batches", "buffers", "placement",
              "config", "block_feed", "prefetch", "shm", "workers", "device", "chunks", "host", "loader", "collate", "__init__"],
-    "samples": ["ranges", "spec", "count_cache", "windows", "pages", "segments", "blocks", "day_blocks", "coverage",
+    "samples": ["ranges", "spec", "count_cache", "windows", "block_pages", "segments", "blocks", "day_blocks", "coverage",
                 "transforms", "gather", "dataset", "cross_section", "splits", "feature_windows", "__init__"],
     "measure": ["timing", "meter", "synthetic", "footprint", "shuffle", "tune", "classic", "bench_rows",
                 "bench_report", "bench", "__init__"],

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from conftest import ROOT
-from kline_store import progress as P
+from kline_store import progress
 
 LINE = re.compile(r"^(reading|writing|checksums|exporting): +\d+% \S+/\S+ \w+ \[\d\d:\d\d elapsed, \S+ left\]")
 
@@ -105,20 +105,20 @@ def _on_a_terminal(cmd: list[str]) -> str:
 
 
 def test_log_lines_in_process(capsys, monkeypatch):
-    monkeypatch.setattr(P, "LOG_EVERY", 0.05)
-    with P.Progress(3 << 20, "reading", unit="B", scale=True) as bar:
+    monkeypatch.setattr(progress, "LOG_EVERY", 0.05)
+    with progress.Progress(3 << 20, "reading", unit="B", scale=True) as bar:
         for i in range(3):
             time.sleep(0.06)
             bar.step(1 << 20, note=f"{i}.csv")
-    for _ in P.track(range(2), "checksums", unit="rows"):
+    for _ in progress.track(range(2), "checksums", unit="rows"):
         time.sleep(0.06)
-    with P.silenced():
-        for _ in P.track(range(2), "hidden", unit="rows"):
+    with progress.silenced():
+        for _ in progress.track(range(2), "hidden", unit="rows"):
             time.sleep(0.06)
-    with P.Progress(None, "tune", unit="trials") as bar:       # total unknown: a count
+    with progress.Progress(None, "tune", unit="trials") as bar:       # total unknown: a count
         time.sleep(0.06)
         bar.step(note="workers")
-    with P.Progress(1, "one step", unit="rows") as bar:           # one long step still leaves its line
+    with progress.Progress(1, "one step", unit="rows") as bar:           # one long step still leaves its line
         time.sleep(0.06)
         bar.step()
     err = capsys.readouterr().err.splitlines()
@@ -131,8 +131,8 @@ def test_log_lines_in_process(capsys, monkeypatch):
 
 
 def test_say_keeps_lines_whole(capsys):
-    P.say("a row")
-    P.say("a table line", err=False)
+    progress.say("a row")
+    progress.say("a table line", err=False)
     got = capsys.readouterr()
     assert got.err == "a row\n" and got.out == "a table line\n"
 
@@ -144,24 +144,24 @@ def test_a_bad_log_interval_falls_back_to_the_default(monkeypatch):
                            env={**os.environ, "KLINE_STORE_PROGRESS_EVERY": value}, cwd=ROOT)
         assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     monkeypatch.setenv("KLINE_STORE_PROGRESS_EVERY", "2.5")
-    assert P._log_every() == 2.5
+    assert progress._log_every() == 2.5
     monkeypatch.setenv("KLINE_STORE_PROGRESS_EVERY", "abc")
-    assert P._log_every() == 5.0
+    assert progress._log_every() == 5.0
 
 
 def test_reading_moves_with_the_bytes_parsed(real, tmp_path, capsys, monkeypatch):
     """A CSV read in pieces reports its bytes piece by piece (not 0% until the file is done), the A-share minute
     file here cut into 64 KiB pieces as a big file is into 32 MiB ones; writing counts symbols."""
     from kline_store import ingest
-    from kline_store.ingest import bars as B, readers as R
+    from kline_store.ingest import bars, readers
 
-    monkeypatch.setattr(P, "LOG_EVERY", 0.0)
-    monkeypatch.setattr(B, "PIECES_FROM", 0)
-    monkeypatch.setattr(B, "PIECE_BYTES", 64 << 10)
+    monkeypatch.setattr(progress, "LOG_EVERY", 0.0)
+    monkeypatch.setattr(bars, "PIECES_FROM", 0)
+    monkeypatch.setattr(bars, "PIECE_BYTES", 64 << 10)
     f = real / "intraday_ashare_1min" / "000001.XSHG_1MIN.csv"
     shares = []
-    src = R.inspect_source(f)
-    assert sum(df.height for df in R.iter_chunks(src, 64 << 10, done=shares.append, whole=0)) == 2640
+    src = readers.inspect_source(f)
+    assert sum(df.height for df in readers.iter_chunks(src, 64 << 10, done=shares.append, whole=0)) == 2640
     assert len(shares) >= 3 and shares == sorted(shares) and shares[-1] == 1.0 and shares[0] < 0.5
     ingest([f], tmp_path / "s", quiet=False)
     err = capsys.readouterr().err.splitlines()

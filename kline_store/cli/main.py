@@ -213,7 +213,7 @@ def universe(store, name, source, remove, wait) -> None:
     """Store universe NAME in STORE from SOURCE: a Qlib instruments file (SYMBOL<TAB>first<TAB>last) or a CSV or
     Parquet file of symbol, start, end (an empty end: still a member). A new store version; replaces a universe
     of that name. Datasets, exports and process take --universe NAME / universe=NAME."""
-    from ..ingest.universes import set_universe
+    from ..ingest.universes_in import set_universe
     if remove == (source is not None):
         raise click.UsageError("give SOURCE, or --remove (not both)")
     click.echo("\n".join(set_universe(store, name, None if remove else source, wait=wait).lines()))

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from .source import Layout  # noqa: F401  (BatchLayout, under the name the loader's modules use)
+from .source import BatchLayout
 
 
 def numpy_dtype(dtype: torch.dtype) -> np.dtype:
@@ -39,7 +39,7 @@ class Recycler:
         max_slots: slots kept for reuse; beyond them, buffers are fresh and not kept.
     """
 
-    def __init__(self, layout: Layout, capacity: int, max_slots: int) -> None:
+    def __init__(self, layout: BatchLayout, capacity: int, max_slots: int) -> None:
         self.layout = {k: (shape, numpy_dtype(dt)) for k, (shape, dt) in layout.items()}
         self.capacity, self.max_slots = capacity, max_slots
         self.slots: list[dict[str, np.ndarray]] = []
@@ -129,9 +129,19 @@ def trim_heap() -> None:
         _malloc_trim(0)
 
 
-def pinned_alloc(layout: Layout, capacity: int) -> Callable[[], dict[str, torch.Tensor]]:
+def pinned_alloc(layout: BatchLayout, capacity: int) -> Callable[[], dict[str, torch.Tensor]]:
     """A function that allocates one pinned buffer set for ``capacity`` samples of ``layout``."""
     def alloc() -> dict[str, torch.Tensor]:
         return {k: torch.empty((capacity, *shape), dtype=dt, pin_memory=True) for k, (shape, dt) in layout.items()}
 
     return alloc
+
+
+def __getattr__(name: str):
+    """``Layout``: the old name of :data:`~kline_store.feed.source.BatchLayout`, still importable from here."""
+    if name == "Layout":
+        import warnings
+        warnings.warn("kline_store.feed.buffers.Layout is now kline_store.feed.source.BatchLayout", DeprecationWarning,
+                      stacklevel=2)
+        return BatchLayout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ..system.background import track
-from .buffers import Layout
+from .source import BatchLayout
 from ..system.cores import background_priority
 from .sampling import EpochBatches
 
@@ -25,7 +25,7 @@ DEVICE_CHUNK_BYTES = 64 << 20
 Chunk = tuple[np.ndarray, list[int]]
 
 
-def batches_per_chunk(layout: Layout | None, batch_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
+def batches_per_chunk(layout: BatchLayout | None, batch_size: int, chunk_bytes: int = CHUNK_BYTES) -> int:
     """Batches per chunk of about ``chunk_bytes`` for samples of ``layout``; 1 when each batch has its own shape
     (``layout`` None)."""
     if layout is None:

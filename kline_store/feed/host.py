@@ -17,7 +17,8 @@ import numpy as np
 import torch
 
 from .batches import map_tensors, slices
-from .buffers import HostRing, Layout, Recycler, numpy_dtype, pinned_alloc, trim_heap
+from .source import BatchLayout
+from .buffers import HostRing, Recycler, numpy_dtype, pinned_alloc, trim_heap
 from .chunks import Chunk
 from .prefetch import KeepTorchThreads, OrderedPrefetcher, SingleThreaded, single_threaded_torch
 from .workers import ChunkFetch, ProcessPool
@@ -36,7 +37,7 @@ def parts_per_chunk(n_threads: int, chunk_bytes: int) -> int:
     return max(1, min(n_threads, chunk_bytes // MIN_PART_BYTES))
 
 
-def layout_nbytes(layout: Layout) -> int:
+def layout_nbytes(layout: BatchLayout) -> int:
     """Bytes of one sample of ``layout``."""
     return sum(int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dt).itemsize for shape, dt in layout.values())
 
@@ -89,7 +90,7 @@ class HostStage:
         worker_options, persistent: DataLoader-style options for worker processes.
     """
 
-    def __init__(self, source: Any, layout: Layout | None, capacity: int, config: dict[str, Any],
+    def __init__(self, source: Any, layout: BatchLayout | None, capacity: int, config: dict[str, Any],
                  collate_fn: Callable[[Any], Any] | None, device: torch.device, worker_options: dict[str, Any],
                  persistent: bool | None) -> None:
         self.source, self.layout, self.capacity, self.config = source, layout, capacity, config

@@ -25,7 +25,7 @@ from ..errors import InputError
 from .agreement import agree_samples
 from .batches import slices
 from .block_feed import BlockBatches, check_loader_memory, make_sampler
-from .source import BatchLayout as Layout, BatchSource
+from .source import BatchLayout, BatchSource
 from .chunks import CHUNK_BYTES, DEVICE_CHUNK_BYTES, OrderAhead, batches_per_chunk, chunk_plan
 from .config import device_kind, resolve_config
 from .device import HostItem, cuda_stage, resident_stream
@@ -42,7 +42,7 @@ Batch = dict[str, torch.Tensor]
 _DATALOADER_KWARGS = DATALOADER_KEYWORDS   # the old name
 
 
-def _sample_bytes(layout: Layout | None) -> int:
+def _sample_bytes(layout: BatchLayout | None) -> int:
     if layout is None:
         return 0
     return sum(int(np.prod(shape, dtype=np.int64)) * torch.empty(0, dtype=dt).element_size()

@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .buffers import Layout, numpy_dtype
+from .buffers import numpy_dtype
+from .source import BatchLayout
 
 _ALIGN = 64
 _HEADER = 4096        # slot flags: one byte per slot
@@ -47,7 +48,7 @@ class WorkerRing:
         n_slots: slots (more than the batches a worker has in flight plus those the trainer holds).
     """
 
-    def __init__(self, layout: Layout, capacity: int, n_slots: int = 8, owner: str = "") -> None:
+    def __init__(self, layout: BatchLayout, capacity: int, n_slots: int = 8, owner: str = "") -> None:
         self.layout = layout
         self.owner = owner
         self.capacity = capacity
@@ -68,7 +69,7 @@ class WorkerRing:
         self._next = 0
 
     @classmethod
-    def create(cls, layout: Layout, capacity: int, n_slots: int = 8, owner: str = "") -> WorkerRing | None:
+    def create(cls, layout: BatchLayout, capacity: int, n_slots: int = 8, owner: str = "") -> WorkerRing | None:
         """A ring, or None where anonymous shared memory is not available (not Linux)."""
         if not hasattr(os, "memfd_create"):
             return None

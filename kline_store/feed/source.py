@@ -15,7 +15,6 @@ import torch
 
 # Shape and dtype of one sample per key: ``{key: (shape of one sample, torch dtype)}``.
 BatchLayout = dict[str, tuple[tuple[int, ...], torch.dtype]]
-Layout = BatchLayout   # the old name (feed/buffers.py)
 
 Batch = dict[str, torch.Tensor]
 
@@ -106,4 +105,13 @@ class BlockOrderSource(BatchSource, Protocol):
         ...
 
 
-__all__ = ["MAX_BLOCK_BYTES", "Batch", "BatchLayout", "BatchSource", "BlockOrderSource", "Layout", "default_pool"]
+__all__ = ["MAX_BLOCK_BYTES", "Batch", "BatchLayout", "BatchSource", "BlockOrderSource", "default_pool"]
+
+
+def __getattr__(name: str):
+    """``Layout``: the old name of :data:`BatchLayout` (three classes were called Layout), still importable."""
+    if name == "Layout":
+        import warnings
+        warnings.warn("kline_store.feed.source.Layout is now BatchLayout", DeprecationWarning, stacklevel=2)
+        return BatchLayout
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

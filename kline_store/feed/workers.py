@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .batches import slices
-from .buffers import Layout
+from .source import BatchLayout
 from . import shm
 from .shm import WorkerRing
 
@@ -42,7 +42,7 @@ class ChunkFetch(torch.utils.data.Dataset):
         collate_fn: applied to each batch of the chunk in the worker (then the batches travel pickled).
     """
 
-    def __init__(self, source: Any, layout: Layout | None, capacity: int, n_slots: int,
+    def __init__(self, source: Any, layout: BatchLayout | None, capacity: int, n_slots: int,
                  collate_fn: Callable[[Any], Any] | None) -> None:
         self.source, self.layout, self.capacity, self.n_slots = source, layout, capacity, n_slots
         self.collate_fn = collate_fn

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from . import columns as C
+from . import columns
 from ..store.snapshot import Store
 
 FACTOR = "adj_factor"
@@ -86,8 +86,8 @@ def store_fields(input_fields: list[str]) -> list[str]:
     split, div = event_columns(names)
     if FACTOR not in names and (derives_factor(names) or split or div):
         names.append(FACTOR)
-    base = [f for f in C.BASE_FIELDS if f in names]
-    extra = [f for f in names if f not in C.BASE_FIELDS and f != FACTOR]
+    base = [f for f in columns.BASE_FIELDS if f in names]
+    extra = [f for f in names if f not in columns.BASE_FIELDS and f != FACTOR]
     return base + extra + ([FACTOR] if FACTOR in names else [])
 
 

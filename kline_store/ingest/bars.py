@@ -15,8 +15,8 @@ from typing import Callable, Sequence
 import numpy as np
 import polars as pl
 
-from . import adjust, columns as C, dates as D, exchanges as XC, runs
-from ..store import sessions as SE, timeaxis as TA
+from . import adjust, columns, dates, exchanges, bar_gaps
+from ..store import sessions as store_sessions, timeaxis
 from .dates import parse_days
 from ..errors import InputError
 from .inputs import expand_inputs, is_parquet, location, shown
@@ -78,13 +78,13 @@ class Bars:
     def distinct_keys(self, unit: str) -> np.ndarray:
         """The distinct keys of the bars on a time axis of ``unit`` (sorted)."""
         if self.stamps is None:
-            return TA.unique_keys(self.keys(unit))
-        return TA.unique_keys(self.stamps // TA.MINUTES_PER_DAY) if unit == "D" else self.stamps
+            return timeaxis.unique_keys(self.keys(unit))
+        return timeaxis.unique_keys(self.stamps // timeaxis.MINUTES_PER_DAY) if unit == "D" else self.stamps
 
     def keys(self, unit: str) -> np.ndarray:
         """Each bar's key on a store's time axis: days ("D") or minutes ("m") since 1970-01-01 (int64)."""
         m = np.asarray(self.minute, dtype=np.int64)
-        return m // TA.MINUTES_PER_DAY if unit == "D" else m
+        return m // timeaxis.MINUTES_PER_DAY if unit == "D" else m
 
     @property
     def symbols(self) -> list[str]:
@@ -117,10 +117,10 @@ class Bars:
         n_dup = int(len(same))
         stamps = np.asarray(self.minute[hits], dtype=np.int64)
         if len(np.unique(stamps)) > 1:   # same day, other times of day: intraday bars read as daily ones
-            when = f"date {TA.show(int(stamps[0]) // TA.MINUTES_PER_DAY, 'D')}"
+            when = f"date {timeaxis.show(int(stamps[0]) // timeaxis.MINUTES_PER_DAY, 'D')}"
             hint = "; its bars differ in the time of day: an intraday file? leave --freq out or give its bar size"
         else:
-            text = TA.show(int(stamps[0]), "m")
+            text = timeaxis.show(int(stamps[0]), "m")
             when = f"date {text[:10]}" if text.endswith(" 00:00") else f"at {text}"
             hint = ""
         raise InputError(f"duplicate bar: symbol {self.names[int(self.sym[first])]} {when} appears {len(hits)} "
@@ -160,7 +160,7 @@ def read_bars(inputs: Sequence[str | os.PathLike], read: ReadOptions | None = No
     unused = set(user_map or {}) - {c for s in sources for c in s.columns}
     if unused:
         raise InputError(f"--map {', '.join(sorted(unused))}: no such column in any input "
-                         f"(columns of {files[0].name}: {C.preview(sources[0].columns)})")
+                         f"(columns of {files[0].name}: {columns.preview(sources[0].columns)})")
     fields = [f for f in input_fields(sources) if any(f in s.fields for s in sources)]
     expect = sum(expected_rows(s) for s in sources)
     if spill is not None and not spills(files, expect, len(fields)):
@@ -234,7 +234,7 @@ def _read_file(src: Source, i: int, sink: Sink, files: list[Path], n_empty: int,
                prog: Progress, skip_bad: bool, skipped: list, failed: set[int]) -> tuple[int, int, list[Problem]]:
     """One file's chunks into the sink: (rows read, rows without a price so far, problems so far)."""
     rows = 0
-    prices = [c for c in C.PRICE_FIELDS if c in src.value_columns.values()]
+    prices = [c for c in columns.PRICE_FIELDS if c in src.value_columns.values()]
     share = _Share(prog, src.path)
     flags = {"_quality": quality_flags(src.fields, prices)}   # computed by polars as it reads the file
     moved = _moved_expr(src)
@@ -265,7 +265,7 @@ def _moved_expr(src: Source) -> pl.Expr | None:
     """A zone-aware Parquet (or DataFrame) date column converted to the exchange's clock: whether a row's date
     moved (its own wall clock's date against the converted one), computed as polars reads the file."""
     dt = src.schema.get(src.date_column) if src.schema else None
-    if D.ZONE.get() is None or src.date_format is not None or not isinstance(dt, pl.Datetime) or not dt.time_zone:
+    if dates.ZONE.get() is None or src.date_format is not None or not isinstance(dt, pl.Datetime) or not dt.time_zone:
         return None
     return pl.col("_date_raw").dt.replace_time_zone(None).dt.date() != pl.col("_date_fast").dt.date()
 
@@ -273,7 +273,7 @@ def _moved_expr(src: Source) -> pl.Expr | None:
 def _note_moved(df: pl.DataFrame, src: Source) -> pl.DataFrame:
     """Record the rows of a chunk whose date the conversion moved (dates.moved_note reports them)."""
     mv = df["_moved"].fill_null(False)
-    acc = D.MOVED.get()
+    acc = dates.MOVED.get()
     if acc is not None and mv.any():
         j = int(mv.arg_max())
         zone = src.schema[src.date_column].time_zone   # type: ignore[union-attr]
@@ -352,8 +352,8 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
             df = pl.read_csv(p, has_header=header, infer_schema_length=0, glob=False)
     except Exception as exc:  # polars raises many kinds; all mean "unreadable"
         raise InputError(f"{p}: cannot read calendar ({' '.join(str(exc).split())[:200]})") from None
-    col = next((c for c in df.columns if C.ALIASES.get(C.normalise(c)) == "date"), df.columns[0])
-    is_open = next((c for c in df.columns if C.normalise(c) == "is_open"), None)
+    col = next((c for c in df.columns if columns.ALIASES.get(columns.normalise(c)) == "date"), df.columns[0])
+    is_open = next((c for c in df.columns if columns.normalise(c) == "is_open"), None)
     if is_open is not None:   # tushare trade_cal lists closed days too, with is_open = 0
         df = df.filter(pl.col(is_open).cast(pl.Int64, strict=False) == 1)
         if df.height == 0:
@@ -364,17 +364,17 @@ def read_calendar(path: str | os.PathLike) -> np.ndarray:
 
 def calendar_positions(keys: np.ndarray, calendar: np.ndarray, bars: Bars, unit: str) -> np.ndarray:
     """Index of each bar's key in the calendar; InputError listing bars at times outside it."""
-    pos = TA.KeyIndex(calendar).find(keys)
+    pos = timeaxis.KeyIndex(calendar).find(keys)
     off = pos < 0
     if off.any():
         n = int(off.sum())
         i = int(np.flatnonzero(off)[0])
         extra = np.unique(keys[off])
-        shown = ", ".join(TA.show(int(d), unit) for d in extra[:5])
+        shown = ", ".join(timeaxis.show(int(d), unit) for d in extra[:5])
         what = "date(s)" if unit == "D" else "time(s)"
         raise InputError(f"{n} bar(s) at {len(extra)} {what} not in the calendar ({shown}"
                          f"{', ...' if len(extra) > 5 else ''}); first: {bars.names[int(bars.sym[i])]} "
-                         f"{TA.show(int(keys[i]), unit)} in {bars.where(i)}")
+                         f"{timeaxis.show(int(keys[i]), unit)} in {bars.where(i)}")
     return pos
 
 
@@ -386,27 +386,27 @@ class Axis:
     """A store's time axis: its bar size, the unit of its keys, and (intraday) its session template."""
 
     freq: str
-    sessions: SE.Sessions | None = None
+    sessions: store_sessions.Sessions | None = None
     bar: str = "1d"          # a daily axis's bar: "1d", "1w" or "1mo" (barsize.py)
     exchange: str | None = None   # --sessions XSHG: every day's own sessions from exchange_calendars
     timezone: str | None = None      # an IANA zone (stamps with UTC offsets were converted to it), or None
 
     @property
     def unit(self) -> str:
-        return TA.unit(self.freq)
+        return timeaxis.unit(self.freq)
 
     def manifest(self) -> dict:
         """The manifest's record of the axis."""
         return {"freq": self.freq, "timezone": self.timezone or NAIVE,
                 "sessions": self.sessions.as_dict() if self.sessions else None,
-                **({"bar": self.bar} if self.freq == TA.DAILY else {}),
+                **({"bar": self.bar} if self.freq == timeaxis.DAILY else {}),
                 **({"exchange": self.exchange} if self.exchange else {})}
 
     @classmethod
     def of(cls, manifest: dict) -> Axis:
         sess = manifest.get("sessions")
         tz = manifest.get("timezone")
-        return cls(manifest.get("freq", TA.DAILY), SE.Sessions.from_dict(sess) if sess else None,
+        return cls(manifest.get("freq", timeaxis.DAILY), store_sessions.Sessions.from_dict(sess) if sess else None,
                    manifest.get("bar", "1d"), manifest.get("exchange"), tz if tz and tz != NAIVE else None)
 
 
@@ -415,30 +415,30 @@ def choose_axis(bars: Bars, freq: str | None = None, sessions: str | None = None
     """The time axis of a new store: the bar size given, else daily unless the bars carry more than one time of
     day (then the most common gap between a symbol's bars of a day). ``settled``: the size grid.settle found
     and checked (no detection or finer check again)."""
-    f = settled or (TA.parse_freq(freq) if freq is not None else None)
+    f = settled or (timeaxis.parse_freq(freq) if freq is not None else None)
     if f is None:
-        f = runs.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else TA.DAILY
-    finer = runs.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
+        f = bar_gaps.detect_freq(bars.minute, bars.sym, len(bars.names), bars.span) if bars.intraday else timeaxis.DAILY
+    finer = bar_gaps.finer_than(f, bars.minute, bars.sym, len(bars.names), bars.span) if freq and not settled else None
     if finer is not None:
-        raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {TA.show(int(bars.minute[finer]), 'm')} is "
+        raise InputError(f"{bars.where(finer)}: --freq {freq}: bar at {timeaxis.show(int(bars.minute[finer]), 'm')} is "
                          f"less than {f} after the symbol's previous bar: the bars are finer (leave --freq out, "
                          f"then resample the store)")
-    if sessions is not None and f == TA.DAILY:
+    if sessions is not None and f == timeaxis.DAILY:
         raise InputError("--sessions applies to intraday bars; these bars are daily (pass --freq for their size)")
     if stamp is not None and sessions is None:
         raise InputError("--stamp applies with --sessions")
-    if sessions is not None and XC.is_code(sessions):
-        return Axis(f, XC.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp,
+    if sessions is not None and exchanges.is_code(sessions):
+        return Axis(f, exchanges.template(str(sessions), np.asarray(bars.minute, dtype=np.int64), stamp,
                                    where_day(bars, "m"), assume_weekdays),
                     exchange=str(sessions).upper(), timezone=timezone)
-    return Axis(f, SE.load(sessions, stamp) if sessions is not None else None, timezone=timezone)
+    return Axis(f, store_sessions.load(sessions, stamp) if sessions is not None else None, timezone=timezone)
 
 
 def where_day(bars: Bars, unit: str) -> Callable[[int], str]:
     """``where(day)``: the file and line of a bar on (or nearest to) ``day``, for a one-line message."""
     def where(day: int) -> str:
         keys = bars.keys(unit)
-        days = keys if unit == "D" else keys // TA.MINUTES_PER_DAY
+        days = keys if unit == "D" else keys // timeaxis.MINUTES_PER_DAY
         return bars.where(int(np.argmin(np.abs(days - int(day))))) if len(days) else "inputs"
     return where
 
@@ -451,14 +451,14 @@ def build_calendar(keys: np.ndarray, axis: Axis, calendar_file: str | os.PathLik
     ``where(day)`` names the bar of a day in a message about the exchange's calendar; ``assume_weekdays`` takes
     the exchange's weekdays after the last day the installed exchange_calendars covers (see exchanges.py)."""
     if calendar_file is not None:
-        if axis.freq != TA.DAILY:
+        if axis.freq != timeaxis.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
-        if XC.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
-            return XC.trading_days(str(calendar_file), int(keys.min()), int(keys.max()), where, assume_weekdays)
+        if exchanges.is_code(calendar_file):   # --calendar XNYS: the exchange's sessions over the input's dates
+            return exchanges.trading_days(str(calendar_file), int(keys.min()), int(keys.max()), where, assume_weekdays)
         return read_calendar(calendar_file).astype(np.int64)
     if axis.exchange is not None and axis.sessions is not None:
-        return XC.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp, where,
+        return exchanges.intraday_calendar(keys, axis.exchange, axis.freq, axis.sessions.stamp, where,
                                     axis.sessions if assume_weekdays else None)
     if axis.sessions is not None:
-        return SE.calendar(keys, axis.sessions, axis.freq)
-    return TA.unique_keys(keys)
+        return store_sessions.calendar(keys, axis.sessions, axis.freq)
+    return timeaxis.unique_keys(keys)

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runs
+from . import bar_gaps
 from ..errors import InputError
-from ..store import identity, timeaxis as TA
+from ..store import identity, timeaxis
 from ..store.snapshot import Store, open_store
 from ..store import create_store
 
@@ -68,21 +68,22 @@ def by_file(days: np.ndarray, sym: np.ndarray, file: np.ndarray, min_gaps: int =
             counts: tuple[int, int] | None = None, per_symbol: list | None = None) -> dict[int, str]:
     """The bar size of each input file that has at least ``min_gaps`` gaps between bars of one symbol (file
     index -> "1d"/"1w"/"1mo"). ``days``: each bar's day, or its stamp in ``1 / per_day`` days (minutes with
-    1440). Grouped bars are read a chunk at a time (runs.py); others are sorted. ``per_symbol``: a list that
-    receives each symbol's gaps by class (runs.SymbolGaps; grouped bars only)."""
+    1440). Grouped bars are read a chunk at a time (bar_gaps.py); others are sorted. ``per_symbol``: a list that
+    receives each symbol's gaps by class (bar_gaps.SymbolGaps; grouped bars only)."""
     n = len(days)
     if n < 2:
         return {}
     n_sym, n_files = counts or (int(np.max(sym)) + 1, int(np.max(file)) + 1)   # (symbols, files) when known
     try:
-        hist, week, month = runs.day_gaps(runs.column(days, per_day), runs.column(sym), runs.column(file), n,
-                                          n_sym, n_files, CLIP, CLASSES if per_symbol is not None else None,
+        hist, week, month = bar_gaps.day_gaps(bar_gaps.column(days, per_day), bar_gaps.column(sym),
+                                              bar_gaps.column(file), n, n_sym, n_files, CLIP,
+                                              CLASSES if per_symbol is not None else None,
                                           per_symbol)
-    except runs.NotGrouped:
+    except bar_gaps.NotGrouped:
         return _by_file_sorted(np.asarray(days, dtype=np.int64) // per_day, sym, file, min_gaps)
     out: dict[int, str] = {}
     for f in np.flatnonzero(hist.sum(axis=1) >= max(min_gaps, 1)).tolist():
-        kind = classify(runs.median(hist[f]))
+        kind = classify(bar_gaps.median(hist[f]))
         if (kind == WEEK and week[f]) or (kind == MONTH and month[f]):
             kind = DAY
         out[f] = kind
@@ -125,7 +126,7 @@ def detect(bars, stated: str | None) -> str:
     return settle(bars, stated, False)[1]
 
 
-def symbol_kinds(gaps: runs.SymbolGaps, min_gaps: int = 3) -> dict[int, str]:
+def symbol_kinds(gaps: bar_gaps.SymbolGaps, min_gaps: int = 3) -> dict[int, str]:
     """Each symbol's size (daily, weekly, monthly) from its gaps by class: the class of its median gap (the lower
     middle one), weekly or monthly only without two bars in one week or month; symbols of fewer gaps: none."""
     total = gaps.counts.sum(axis=1)
@@ -149,7 +150,7 @@ def settle(bars, stated: str | None, skip_bad: bool):
     from .grid import drop      # one layer below: the same leaving out as the intraday sizes
 
     per: list = []
-    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=TA.MINUTES_PER_DAY,
+    sizes = by_file(bars.minute, bars.sym, bars.file, per_day=timeaxis.MINUTES_PER_DAY,
                     counts=(len(bars.names), len(bars.files)), per_symbol=per)
     kinds = sorted(set(sizes.values()), key=[DAY, WEEK, MONTH].index)
     if len(kinds) > 1 and skip_bad:
@@ -194,12 +195,12 @@ def _file_of(bars, s: int) -> str:
 
 def check_append(manifest: dict, bars, store: Path) -> None:
     """An append brings bars of the store's own size; one line naming both sizes otherwise."""
-    if manifest.get("freq", TA.DAILY) != TA.DAILY:
+    if manifest.get("freq", timeaxis.DAILY) != timeaxis.DAILY:
         return
     have = manifest.get("bar", DAY)
     # An append of a few days says little about its bar size (days 1 and 7 of a symbol: a gap of 6): a file is
     # judged by at least three gaps.
-    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=TA.MINUTES_PER_DAY,
+    sizes = by_file(bars.minute, bars.sym, bars.file, min_gaps=3, per_day=timeaxis.MINUTES_PER_DAY,
                     counts=(len(bars.names), len(bars.files)))
     for i, k in sizes.items():
         if k != have:
@@ -247,7 +248,7 @@ def resample_days(store: str | os.PathLike | Store, out: str | os.PathLike, bar:
     """Weekly or monthly bars at ``out`` from a daily store (see the module's docstring)."""
     st = store if isinstance(store, Store) else open_store(store)
     have = st.manifest.get("bar", DAY)
-    if st.freq != TA.DAILY:
+    if st.freq != timeaxis.DAILY:
         raise InputError(f"{st.path}: {st.freq} bars; resample it to 1d first (`kline-store resample --freq 1d`), "
                          f"then that store to {bar}")
     order = [DAY, WEEK, MONTH]

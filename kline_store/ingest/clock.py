@@ -12,7 +12,7 @@ from typing import Callable
 
 import polars as pl
 
-from . import columns as C
+from . import columns
 from ..errors import InputError
 
 _CLOCK = r"^(\d{1,2}):(\d{2})(?::(\d{2})(\.\d+)?)?$"
@@ -43,10 +43,11 @@ def clock_text(raw: pl.Series, path: Path, column: str, line: Callable[[int], st
         whole = raw.fill_nan(None)
         if (whole.drop_nulls() != whole.drop_nulls().round(0)).any():
             i = int(((whole != whole.round(0)).fill_null(False)).arg_max())
-            raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {C.short(raw[i])} ({EXPECTED})")
+            raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} "
+                             f"({EXPECTED})")
         raw = whole.cast(pl.Int64)
     text = raw.cast(pl.String).str.strip_chars()
-    text = pl.select(pl.when(text.is_in(C.NULL_VALUES)).then(None).otherwise(text).alias("t")).to_series()
+    text = pl.select(pl.when(text.is_in(columns.NULL_VALUES)).then(None).otherwise(text).alias("t")).to_series()
     digits = text.str.contains(_DIGITS).fill_null(False)
     width = 6 if (text.filter(digits).str.len_chars() >= 5).any() else 4
     padded = text.str.zfill(width)
@@ -60,7 +61,8 @@ def clock_text(raw: pl.Series, path: Path, column: str, line: Callable[[int], st
                                 | short).fill_null(True)
     if bad.any():
         i = int(bad.arg_max())
-        raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {C.short(raw[i])} ({EXPECTED})")
+        raise InputError(f"{path}: {line(i)}: column {column!r}: not a time of day {columns.short(raw[i])} "
+                         f"({EXPECTED})")
     # a fraction of a second is kept: the stamp then has seconds, refused or rounded (--round-stamps) as any
     frac = pl.select(pl.when(digits).then(pl.lit("")).otherwise(text.str.extract(_CLOCK, 4).fill_null(""))).to_series()
     return pl.select(pl.when(text.is_null()).then(None)
@@ -72,7 +74,7 @@ def empty_times(date_raw: pl.Series, time_raw: pl.Series) -> pl.Series | None:
     """Rows whose time cell is empty (or a missing-value marker) while their date is there, in a piece where other
     rows have a time of day; None when there is none (a daily file's empty Time column stays daily)."""
     text = time_raw.cast(pl.String).str.strip_chars()
-    missing = (text.is_null() | text.is_in(C.NULL_VALUES) | (text == "")).fill_null(True)
+    missing = (text.is_null() | text.is_in(columns.NULL_VALUES) | (text == "")).fill_null(True)
     if not missing.any() or missing.all():
         return None
     return missing & date_raw.is_not_null()

@@ -23,7 +23,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import polars as pl
 
-from . import columns as C
+from . import columns
 from ..errors import InputError
 
 FIRST_DAY, LAST_DAY = np.datetime64("1800-01-01"), np.datetime64("2200-12-31")
@@ -158,7 +158,7 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
 
     def fail(value: object, expected: str) -> InputError:
         i = (raw == value).arg_max()
-        return InputError(f"{path}: {line(i)}: unparseable date {C.short(value)} in column {name!r} "
+        return InputError(f"{path}: {line(i)}: unparseable date {columns.short(value)} in column {name!r} "
                           f"({expected})")
 
     local = temporal(pl.col(uniq.name), dt)
@@ -199,14 +199,14 @@ def _parse_unique(uniq: pl.Series, raw: pl.Series, path: Path, name: str, line: 
     if text.len() == 0:
         raise InputError(f"{path}: date column {name!r} is empty")
     sample = text.head(1000)
-    fmt = next((f for f in C.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
+    fmt = next((f for f in columns.DATE_FORMATS if sample.str.to_date(f, strict=False).null_count() == 0), None)
     if fmt is None:
         # No single format fits: name a value no format reads, or two values in different formats.
-        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in C.DATE_FORMATS}
+        fits = {f: sample.str.to_date(f, strict=False).is_not_null() for f in columns.DATE_FORMATS}
         for i in range(sample.len()):
             if not any(fits[f][i] for f in fits):
                 raise fail(uniq[i], EXPECTED)
-        first = next(f for f in C.DATE_FORMATS if fits[f][0])
+        first = next(f for f in columns.DATE_FORMATS if fits[f][0])
         j = int((~fits[first]).arg_max())
         a, b = uniq[0], uniq[j]
         raise InputError(f"{path}: mixed date formats in column {name!r}: {a!r} ({line((raw == a).arg_max())})"
@@ -326,7 +326,7 @@ def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) ->
     if raw.dtype != pl.String:
         return raw
     text = raw.str.strip_chars()
-    text = pl.when(text.is_in(C.NULL_VALUES)).then(None).otherwise(text)   # "nan", "NA": missing, named later
+    text = pl.when(text.is_in(columns.NULL_VALUES)).then(None).otherwise(text)   # "nan", "NA": missing, named later
     text = pl.select(text.alias(raw.name)).to_series()
     cells = text.drop_nulls()
     if cells.len() == 0 or not cells.str.contains(r"^(\d{8}|\d{12}|\d{14})\.\d*$").all():
@@ -334,6 +334,6 @@ def integral_float_dates(raw: pl.Series, path: Path, column: str, line: Line) ->
     whole = text.str.contains(r"^\d+\.0*$")
     if not whole.fill_null(True).all():
         i = int((~whole.fill_null(True)).arg_max())
-        raise InputError(f"{path}: {line(i)}: unparseable date {C.short(raw[i])} in column {column!r} "
+        raise InputError(f"{path}: {line(i)}: unparseable date {columns.short(raw[i])} in column {column!r} "
                          f"(a YYYYMMDD number with a fraction)")
     return text.str.replace(r"\.0*$", "").cast(pl.Int64)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import InputError
-from ..store import sessions as SE, timeaxis as TA
+from ..store import sessions, timeaxis
 
 _CODE = re.compile(r"^[A-Z][A-Z0-9]{2,4}$")   # upper case: XNYS; "tokyo" is a template name or a file
 PIP = "pip install exchange_calendars (or 'kline-store[calendars]')"
@@ -25,7 +25,7 @@ PIP = "pip install exchange_calendars (or 'kline-store[calendars]')"
 
 def code_like(text: object) -> bool:
     """Shaped like an exchange code (a store's recorded ``calendar_source``), whatever files exist."""
-    return isinstance(text, str) and bool(_CODE.match(text)) and text.lower() not in SE.TEMPLATES
+    return isinstance(text, str) and bool(_CODE.match(text)) and text.lower() not in sessions.TEMPLATES
 
 
 def is_code(text: object) -> bool:
@@ -33,7 +33,7 @@ def is_code(text: object) -> bool:
     if not isinstance(text, (str, os.PathLike)):
         return False
     s = str(text)
-    return bool(_CODE.match(s)) and s.lower() not in SE.TEMPLATES and not Path(s).exists()
+    return bool(_CODE.match(s)) and s.lower() not in sessions.TEMPLATES and not Path(s).exists()
 
 
 class BeyondCover(InputError):
@@ -162,7 +162,7 @@ def assumed(code: str, keys: np.ndarray, unit: str, before: dict | None = None) 
     covered day through the calendar's last day; ``before``: the store's mark so far (kept, and extended)."""
     if not len(keys):
         return before
-    last = int(keys.max()) if unit == "D" else int((keys.max() - 1) // TA.MINUTES_PER_DAY)
+    last = int(keys.max()) if unit == "D" else int((keys.max() - 1) // timeaxis.MINUTES_PER_DAY)
     hi = covered(code)[1]
     if hi is None or last <= hi:
         return before
@@ -195,7 +195,7 @@ def intervals_of(t: dict[str, np.ndarray]) -> list[tuple[tuple[int, int], ...]]:
     """Each session's trading intervals as minutes of its day: one, or two around a lunch break."""
     out = []
     for d, o, c, bs, be in zip(t["day"], t["open"], t["close"], t["break_start"], t["break_end"]):
-        base = int(d) * TA.MINUTES_PER_DAY
+        base = int(d) * timeaxis.MINUTES_PER_DAY
         if bs >= 0 and be >= 0:
             out.append(((int(o) - base, int(bs) - base), (int(be) - base, int(c) - base)))
         else:
@@ -204,30 +204,30 @@ def intervals_of(t: dict[str, np.ndarray]) -> list[tuple[tuple[int, int], ...]]:
 
 
 def template(code: str, keys: np.ndarray, stamp: str | None, where: Callable[[int], str] | None = None,
-             assume_weekdays: bool = False) -> SE.Sessions:
+             assume_weekdays: bool = False) -> sessions.Sessions:
     """The exchange's usual trading day (its most common sessions over the input's dates) as a Sessions record
     for the manifest; the calendar itself follows every day's own sessions (intraday_calendar). With
     ``assume_weekdays``, over the input's dates the library covers."""
     k = np.asarray(keys, dtype=np.int64)
     hi = covered(code)[1] if assume_weekdays else None
-    if hi is not None and (k < (hi + 1) * TA.MINUTES_PER_DAY).any():
-        k = k[k < (hi + 1) * TA.MINUTES_PER_DAY]
+    if hi is not None and (k < (hi + 1) * timeaxis.MINUTES_PER_DAY).any():
+        k = k[k < (hi + 1) * timeaxis.MINUTES_PER_DAY]
     table = _table(code, k, where)
     days = intervals_of(table)
     if not days:
         raise InputError(f"exchange calendar {code.upper()}: no session between the input's first and last date")
     kinds, counts = np.unique(np.array([repr(d) for d in days]), return_counts=True)
     usual = days[[repr(d) for d in days].index(kinds[int(np.argmax(counts))])]
-    return SE.Sessions(code.upper(), tuple(usual), stamp or "end")
+    return sessions.Sessions(code.upper(), tuple(usual), stamp or "end")
 
 
 def _table(code: str, keys: np.ndarray, where: Callable[[int], str] | None = None) -> dict[str, np.ndarray]:
-    first, last = int(keys.min() // TA.MINUTES_PER_DAY), int((keys.max() - 1) // TA.MINUTES_PER_DAY)
+    first, last = int(keys.min() // timeaxis.MINUTES_PER_DAY), int((keys.max() - 1) // timeaxis.MINUTES_PER_DAY)
     return session_table(code, first, max(first, last), where)
 
 
 def intraday_calendar(keys: np.ndarray, code: str, freq: str, stamp: str, where: Callable[[int], str] | None = None,
-                      usual: SE.Sessions | None = None) -> np.ndarray:
+                      usual: sessions.Sessions | None = None) -> np.ndarray:
     """Every bar of ``freq`` in each of the exchange's sessions from the input's first date to its last bar
     (holidays have none, an early close ends early, the lunch break has none), as minute keys.
 
@@ -236,8 +236,8 @@ def intraday_calendar(keys: np.ndarray, code: str, freq: str, stamp: str, where:
     k = np.asarray(keys, dtype=np.int64)
     if k.size == 0:
         return k
-    step = TA.minutes(freq)
-    first, last = int(k.min() // TA.MINUTES_PER_DAY), int((k.max() - 1) // TA.MINUTES_PER_DAY)
+    step = timeaxis.minutes(freq)
+    first, last = int(k.min() // timeaxis.MINUTES_PER_DAY), int((k.max() - 1) // timeaxis.MINUTES_PER_DAY)
     last = max(first, last)
     _, hi = covered(code) if usual is not None else (None, None)
     assumed = np.zeros(0, np.int64)
@@ -248,12 +248,12 @@ def intraday_calendar(keys: np.ndarray, code: str, freq: str, stamp: str, where:
     if first <= last:
         table = session_table(code, first, last, where)
         for day, parts in zip(table["day"], intervals_of(table)):
-            base = int(day) * TA.MINUTES_PER_DAY
+            base = int(day) * timeaxis.MINUTES_PER_DAY
             for a, b in parts:
                 ends = np.arange(a + step, b + 1, step, dtype=np.int64)
                 out.append(base + (ends if stamp == "end" else ends - step))
     if len(assumed):
-        out.append((assumed[:, None] * TA.MINUTES_PER_DAY + usual.day_stamps(freq)[None, :]).reshape(-1))
+        out.append((assumed[:, None] * timeaxis.MINUTES_PER_DAY + usual.day_stamps(freq)[None, :]).reshape(-1))
     cal = np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64)
     return cal[cal <= k.max()]
 

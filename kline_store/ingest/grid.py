@@ -1,7 +1,7 @@
 """One bar size per store: each input file's and each symbol's bar size, and bars off the store's grid.
 
 A store holds bars of one size. Its inputs are measured in one pass over the bars read (a chunk at a time when
-they come grouped, runs.py): per file, the gaps in minutes between a symbol's consecutive bars of one day and the
+they come grouped, bar_gaps.py): per file, the gaps in minutes between a symbol's consecutive bars of one day and the
 bars at each time of day; per symbol of a file, its bars, its same-day pairs and the range of its times of day.
 
 * A symbol of a file is **daily** when it has three bars or more, never two on one day, at one time of day (give or
@@ -23,17 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-from . import runs
+from . import bar_gaps
 from ..errors import InputError
-from ..store import timeaxis as TA
+from ..store import timeaxis
 from .inputs import shown
 
-PER_DAY = TA.MINUTES_PER_DAY
+PER_DAY = timeaxis.MINUTES_PER_DAY
 MIN_GAPS = 3          # a file's intraday size is judged from at least this many same-day gaps
 SHARE = 0.02          # a gap size holding fewer than this share of a file's gaps is not its bar size
 PHASE_SHARE = 0.05    # a time of day (modulo the size) with fewer bars than this share of the most common: off grid
 DAILY_SPREAD = 60     # a daily symbol's stamps may vary by this many minutes (14:59 or 15:00)
-DAILY = TA.DAILY
+DAILY = timeaxis.DAILY
 
 
 def describe(size: str) -> str:
@@ -107,10 +107,10 @@ def measure(bars) -> Measure:
     lo, hi = span if span is not None else ((int(np.min(bars.minute)), int(np.max(bars.minute))) if n else (0, 0))
     day0 = lo // PER_DAY
     n_days = hi // PER_DAY - day0 + 1
-    cols = (runs.column(bars.file), runs.column(bars.sym), runs.column(bars.minute))
+    cols = (bar_gaps.column(bars.file), bar_gaps.column(bars.sym), bar_gaps.column(bars.minute))
     try:
         return _measure(cols, n, n_sym, max(len(bars.files), 1), day0, n_days)
-    except runs.NotGrouped:
+    except bar_gaps.NotGrouped:
         f, s, m = (np.asarray(c, dtype=np.int64) for c in (bars.file, bars.sym, bars.minute))
         order = np.lexsort((m, s, f))
         cols = tuple((lambda arr: (lambda a, b: arr[a:b]))(x[order]) for x in (f, s, m))
@@ -135,7 +135,7 @@ def _measure(cols, n: int, n_sym: int, n_files: int, day0: int, n_days: int) -> 
         return key * n_days + (times(a, b) // PER_DAY - day0)
 
     first = True
-    for c in runs.chunks(n, group, times, n_files * n_sym * n_days):
+    for c in bar_gaps.chunks(n, group, times, n_files * n_sym * n_days):
         s = 0 if first else 1                        # a chunk's first bar is the previous chunk's last
         first = False
         t = c.t[s:] % PER_DAY
@@ -242,10 +242,10 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
                                                    f"symbols hold {describe(size)}"))
     known = {f: s for f, s in sz.files.items() if s is not None}
     given = freq
-    kinds = sorted(set(known.values()), key=lambda s: TA.minutes(s))
+    kinds = sorted(set(known.values()), key=lambda s: timeaxis.minutes(s))
     if given is not None:
         other = [f for f, s in known.items() if s != given]
-        coarser = [f for f in other if TA.minutes(known[f]) > TA.minutes(given)]   # finer: the line, below
+        coarser = [f for f in other if timeaxis.minutes(known[f]) > timeaxis.minutes(given)]   # finer: the line, below
         if coarser and not skip_bad:
             f = coarser[0]
             raise InputError(f"--freq {given}: {shown(bars.files[f])} holds {describe(known[f])}; a store has one "
@@ -275,21 +275,22 @@ def settle(bars, freq: str | None, skip_bad: bool) -> tuple[object, str | None]:
     kept = [f for f in range(len(bars.files)) if f not in drop_files]
     if keep is None:       # no file says: the most common gap of all, as before
         gaps = m.gaps(kept)
-        keep = TA.freq_of_gaps(np.flatnonzero(gaps[1:]) + 1, gaps[1:][gaps[1:] > 0])
+        keep = timeaxis.freq_of_gaps(np.flatnonzero(gaps[1:]) + 1, gaps[1:][gaps[1:] > 0])
     if keep == DAILY:
         return bars, DAILY
-    if PER_DAY % TA.minutes(keep):
+    if PER_DAY % timeaxis.minutes(keep):
         raise InputError(f"bars are {describe(keep)}, which does not divide a day; pass --freq")
     bars = off_grid(bars, keep, m.times(kept), skip_bad)
-    if m.gaps(kept)[1: TA.minutes(keep)].any():   # bars closer than the size: find the first (a pass)
-        i = runs.finer_than(keep, bars.minute, bars.sym, len(bars.names), bars.span)
+    if m.gaps(kept)[1: timeaxis.minutes(keep)].any():   # bars closer than the size: find the first (a pass)
+        i = bar_gaps.finer_than(keep, bars.minute, bars.sym, len(bars.names), bars.span)
         if i is not None:
             said = f"--freq {given}: " if given else ""
-            raise InputError(f"{bars.where(i)}: {said}bar at {TA.show(int(bars.minute[i]), 'm')} is less than {keep} "
-                             f"after the symbol's previous bar: the bars are finer (leave --freq out, then resample "
+            raise InputError(f"{bars.where(i)}: {said}bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than "
+                             f"{keep} after the symbol's previous bar: the bars are finer (leave --freq out, then "
+                             f"resample "
                              f"the store)" if given else
-                             f"{bars.where(i)}: bar at {TA.show(int(bars.minute[i]), 'm')} is less than {keep} after "
-                             f"the symbol's previous bar, in a file of {describe(keep)}")
+                             f"{bars.where(i)}: bar at {timeaxis.show(int(bars.minute[i]), 'm')} is less than {keep} "
+                             f"after the symbol's previous bar, in a file of {describe(keep)}")
     return bars, keep
 
 
@@ -319,7 +320,7 @@ def drop(bars, files: dict[int, str], groups: list[tuple[int, int]]):
 
 def grid_phases(times: np.ndarray, size: str) -> np.ndarray:
     """Which minutes of the day modulo ``size`` are on the grid, given the bars at each minute of the day."""
-    k = TA.minutes(size)
+    k = timeaxis.minutes(size)
     phase = times.reshape(PER_DAY // k, k).sum(axis=0)
     return phase >= max(1.0, PHASE_SHARE * phase.max())
 
@@ -328,23 +329,23 @@ def off_grid(bars, size: str, times: np.ndarray, skip_bad: bool, on: np.ndarray 
              where: str | None = None):
     """Bars whose time of day is off the grid: an error naming the first, or (``skip_bad``) dropped and counted
     in a note. ``on``: the grid's phases (else from ``times``, the bars at each minute of the day)."""
-    k = TA.minutes(size)
+    k = timeaxis.minutes(size)
     if k <= 1:
         return bars
     on = grid_phases(times, size) if on is None else on
     if (times.reshape(PER_DAY // k, k).sum(axis=0)[~on] == 0).all():
         return bars
-    col = runs.column(bars.minute)
+    col = bar_gaps.column(bars.minute)
     off = []
-    for a in range(0, len(bars), runs.STEP):
-        t = col(a, min(a + runs.STEP, len(bars)))
+    for a in range(0, len(bars), bar_gaps.STEP):
+        t = col(a, min(a + bar_gaps.STEP, len(bars)))
         off.append(np.flatnonzero(~on[(t % PER_DAY) % k]) + a)
     idx = np.concatenate(off)
     if not len(idx):
         return bars
     i = int(idx[0])
     grid = f"minute of the day mod {k} = {', '.join(str(p) for p in np.flatnonzero(on)[:4])}"
-    stamp = TA.show(int(bars.minute[i]), "m")
+    stamp = timeaxis.show(int(bars.minute[i]), "m")
     what = where or f"a {size} store"
     if not skip_bad:
         raise InputError(f"{bars.where(i)}: bar at {stamp} ({bars.names[int(bars.sym[i])]}) is off the grid of "
@@ -364,7 +365,7 @@ def store_phases(manifest: dict) -> tuple[str, np.ndarray] | None:
     freq = manifest.get("freq", DAILY)
     if freq == DAILY:
         return None
-    k = TA.minutes(freq)
+    k = timeaxis.minutes(freq)
     cal = np.asarray(manifest.get("calendar", []), dtype="datetime64[m]").astype(np.int64)
     on = np.zeros(k, dtype=bool)
     on[np.unique((cal % PER_DAY) % k)] = True
@@ -387,6 +388,6 @@ def check_append(manifest: dict, bars, store: Path, skip_bad: bool):
             raise InputError(f"{shown(bars.files[f])} holds {describe(s)}; {store} is a store of {describe(size)}: "
                              f"append bars of its size, or ingest these into another store")
     files = range(len(bars.files))
-    if not skip_bad and m.gaps(files)[1: TA.minutes(size)].any():
-        return bars   # bars closer than the store's: refused as finer, naming the line (update.make_plan)
+    if not skip_bad and m.gaps(files)[1: timeaxis.minutes(size)].any():
+        return bars   # bars closer than the store's: refused as finer, naming the line (update.plan_append)
     return off_grid(bars, size, m.times(files), skip_bad, on=on, where=f"{store} ({size})")

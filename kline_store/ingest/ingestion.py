@@ -18,13 +18,14 @@ import numpy as np
 import dataclasses
 from dataclasses import dataclass
 
-from . import adjust, barsize, calnote, dates as D, exchanges as XC, frames as FR, grid, panel as P, qlib_store as Q
-from ..store import timeaxis as TA
+from . import adjust, barsize, calnote, exchanges, from_frames, grid, panel, qlib_store
+from ..store import timeaxis
+from .dates import check_timezone, exchange_zone, moved_note
 from .. import progress
-from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer as W
+from ..store import NewVersion, bar_extent, collect, whole_store, manifest as mf, writer
 from .bars import Bars, build_calendar, choose_axis, read_bars, where_day
 from .options import AxisOptions, ReadOptions
-from .layout import Layout
+from .panel_layout import PanelLayout
 from ..store.blockwriter import BlockWriter
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
@@ -121,30 +122,31 @@ def ingest_with(inputs, out: str | os.PathLike, read: ReadOptions, axis: AxisOpt
     """``ingest`` with its options as objects: files, folders, globs, a Qlib directory or a DataFrame."""
     t0 = time.perf_counter()
     if not isinstance(out, (str, os.PathLike)):
-        raise InputError(f"out={FR.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
-    if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read, axis.timezone) as path:
+        raise InputError(f"out={from_frames.describe(out)}: expected a store directory path (ks.ingest(inputs, out))")
+    if from_frames.is_frame(inputs):   # read like a file, with every option a file takes
+        with from_frames.as_file(inputs, read, axis.timezone) as path:
             return ingest_with([path], out, read, axis, writing)
     inputs = as_input_list(inputs)
     out = Path(out)
     if (out.exists() or out.is_symlink()) and not out.is_dir():
         raise InputError(f"{out}: exists and is not a directory")
     freq = axis.freq
-    qlib = Q.provider_input(inputs, writing.instruments, axis.calendar, dict(read.user_map), read.symbol_pattern)
+    qlib = qlib_store.provider_input(inputs, writing.instruments, axis.calendar, dict(read.user_map),
+                                     read.symbol_pattern)
     if qlib is not None and (axis.sessions or axis.stamp or
-                             (freq and (barsize.parse(freq) or TA.parse_freq(freq)) != TA.DAILY)):
+                             (freq and (barsize.parse(freq) or timeaxis.parse_freq(freq)) != timeaxis.DAILY)):
         raise InputError(f"{inputs[0]}: a Qlib provider directory holds day bars; --freq/--sessions/--stamp "
                          f"do not apply to it")
     files = [] if qlib else expand_inputs(list(inputs), read.exclude)   # folders and globs walked once, before the lock
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, files, read.symbol_pattern))
-    axis = axis.replace(timezone=D.check_timezone(axis.timezone))
+    axis = axis.replace(timezone=check_timezone(axis.timezone))
     instead = ("`kline-store append` adds new data to it, `ingest --replace` (replace=True) rebuilds it from "
                "these inputs alone")
     with progress.silenced(writing.quiet), whole_store(out, wait=writing.wait, replace=writing.replace,
                                                          instead=instead):
         if qlib is not None:
-            built = Q.build_store(qlib, out, writing.capacity)
+            built = qlib_store.build_store(qlib, out, writing.capacity)
         else:
             result = _build(files, out, read, axis, writing)
         collect(out, built.manifest if qlib is not None else result.manifest)
@@ -163,8 +165,9 @@ def _on_sessions(bars: Bars, cal: np.ndarray, code: str) -> None:
     off = ~np.isin(bars.keys("D"), cal)
     if off.any():
         i = int(np.flatnonzero(off)[0])
-        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {TA.show(int(bars.keys('D')[i]), 'D')} "
-                         f"is on no {code} session (a holiday or a weekend); {int(off.sum())} bar(s) in all")
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at "
+                         f"{timeaxis.show(int(bars.keys('D')[i]), 'D')} is on no {code} session (a holiday or a "
+                         f"weekend); {int(off.sum())} bar(s) in all")
 
 
 @dataclass
@@ -184,46 +187,46 @@ def _build(files: list[Path], out: Path, read: ReadOptions, options: AxisOptions
     """The whole ingest under the writer lock (held by the caller)."""
     # Big inputs spill their bars into the staging folder (bounded memory however large the input; see
     # bars.spills); small ones keep them in memory, which is faster.
-    spill = W.staging_dir(out) / "bars.spill"
-    with D.exchange_zone(options.timezone) as moved:   # stamps with UTC offsets: to the exchange's clock (--timezone)
+    spill = writer.staging_dir(out) / "bars.spill"
+    with exchange_zone(options.timezone) as moved:   # stamps with UTC offsets: to the exchange's clock (--timezone)
         bars = read_bars(files, read, quiet=writing.quiet, spill=spill)
     freq, calendar, capacity = options.freq, options.calendar, writing.capacity
     long_bar = barsize.parse(freq)   # 1w / 1mo: bars on a daily axis
-    given = TA.DAILY if long_bar else (TA.parse_freq(freq) if freq is not None else None)
+    given = timeaxis.DAILY if long_bar else (timeaxis.parse_freq(freq) if freq is not None else None)
     bars, settled = grid.settle(bars, given, read.skip_bad)   # one bar size, on its grid
     assume = options.assume_weekdays
-    if assume and not (XC.is_code(calendar) or XC.is_code(options.sessions)):
+    if assume and not (exchanges.is_code(calendar) or exchanges.is_code(options.sessions)):
         raise InputError("--assume-weekdays applies with an exchange calendar (--calendar CODE or --sessions CODE)")
     axis = choose_axis(bars, None if long_bar else freq, options.sessions, options.stamp, options.timezone, assume,
                        settled)
-    note_moved = D.moved_note(moved, options.timezone) if axis.freq == TA.DAILY else None
+    note_moved = moved_note(moved, options.timezone) if axis.freq == timeaxis.DAILY else None
     if note_moved:   # 2000-01-04 00:00+09:00 with --timezone UTC is a bar of 2000-01-03: said, never silent
         bars.notes.append(note_moved)
-    if axis.freq == TA.DAILY:
+    if axis.freq == timeaxis.DAILY:
         bars, bar = barsize.settle(bars, long_bar, read.skip_bad)   # daily, weekly or monthly: per file and symbol
         axis = dataclasses.replace(axis, bar=bar,
-                                   exchange=str(calendar).upper() if XC.is_code(calendar) else None)
+                                   exchange=str(calendar).upper() if exchanges.is_code(calendar) else None)
     elif long_bar:
         raise InputError(f"--freq {freq}: these bars are intraday ({axis.freq}); ingest them as they are, then "
                          f"resample to 1d and to {long_bar}")
     cal = build_calendar(bars.distinct_keys(axis.unit), axis, calendar, where_day(bars, axis.unit), assume)
-    assumed = XC.assumed(axis.exchange, cal, axis.unit) if assume and axis.exchange else None
-    if axis.exchange is not None and axis.freq == TA.DAILY:
+    assumed = exchanges.assumed(axis.exchange, cal, axis.unit) if assume and axis.exchange else None
+    if axis.exchange is not None and axis.freq == timeaxis.DAILY:
         _on_sessions(bars, cal, axis.exchange)
     symbols = bars.symbols
     fields = adjust.store_fields(bars.fields)
     source = adjust.factor_source(fields)
-    dates = TA.stamps(cal, axis.unit)
+    dates = timeaxis.stamps(cal, axis.unit)
     rows = {s: i for i, s in enumerate(symbols)}
-    lay = Layout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
+    lay = PanelLayout.of(bars, cal, axis.unit, np.asarray([rows[n] for n in bars.names], dtype=np.int32))
     first, last = bar_extent(lay.present)
     note = calnote.foreign_dates(lay.present, first, last, dates, symbols) \
-        if axis.freq == TA.DAILY and calendar is None else None
+        if axis.freq == timeaxis.DAILY and calendar is None else None
     lay.present = np.zeros((0, 0), dtype=bool)
     last_factor = np.full(len(symbols), np.nan) if source == adjust.EVENTS else None
     divisors = np.full(len(symbols), np.nan) if source == adjust.INPUT else None
     with NewVersion(out, len(symbols), len(cal), len(fields), capacity, crash="ingest") as txn:
-        step = P.block_rows(len(cal), len(fields), BLOCK_BYTES)
+        step = panel.block_rows(len(cal), len(fields), BLOCK_BYTES)
         # A thread writes and checksums each block while the next is filled (store/blockwriter.py).
         with BlockWriter(txn.gen, step) as put:
             for lo in range(0, len(symbols), step):

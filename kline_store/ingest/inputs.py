@@ -37,7 +37,7 @@ def fixed_symbol(symbol: object, files: list[Path], pattern: str | None) -> Fixe
 
 
 def shown(p: Path | str) -> str:
-    """A file as messages and the manifest name it: a DataFrame's temporary file (ingest/frames.py) is
+    """A file as messages and the manifest name it: a DataFrame's temporary file (ingest/from_frames.py) is
     "DataFrame"."""
     p = Path(p)
     return "DataFrame" if p.name == "DataFrame.parquet" and p.parent.name.startswith("kline-frame-") else str(p)

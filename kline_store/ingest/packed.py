@@ -156,7 +156,7 @@ def json_as_csv(path: Path) -> tuple[str, bytes]:
     what was read besides the values ("" or how a date field of epoch numbers was read)."""
     import polars as pl
 
-    from . import columns as C
+    from . import columns
 
     lines = path.name.lower().endswith((".ndjson", ".jsonl"))
     cap = budget()
@@ -179,7 +179,8 @@ def json_as_csv(path: Path) -> tuple[str, bytes]:
     said = ""
     for name, dt in df.schema.items():
         # pandas' to_json writes datetimes as epoch milliseconds: 13 digits, never a YYYYMMDD[HHMM[SS]] number
-        if dt.is_integer() and C.ALIASES.get(C.normalise(name)) == "date" and df[name].null_count() < df.height:
+        if (dt.is_integer() and columns.ALIASES.get(columns.normalise(name)) == "date"
+                and df[name].null_count() < df.height):
             lo, hi = df[name].min(), df[name].max()
             if 10**12 <= lo and hi < 10**13:   # type: ignore[operator]
                 df = df.with_columns(pl.from_epoch(pl.col(name), time_unit="ms").dt.strftime("%Y-%m-%d %H:%M:%S"))

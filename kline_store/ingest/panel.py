@@ -25,7 +25,7 @@ def block_rows(n_dates: int, n_fields: int, budget: int = BLOCK_BYTES) -> int:
 
 
 @dataclass
-class Placement:
+class BarPlacement:
     """Where each bar goes: its row and calendar index, and the bars grouped by row.
 
     The bars of row ``r`` are ``order[bounds[r]:bounds[r + 1]]``, or simply ``bounds[r]:bounds[r + 1]`` when
@@ -38,7 +38,7 @@ class Placement:
     bounds: np.ndarray
 
     @classmethod
-    def of(cls, row: np.ndarray, pos: np.ndarray, n_rows: int) -> "Placement":
+    def of(cls, row: np.ndarray, pos: np.ndarray, n_rows: int) -> "BarPlacement":
         order = None if len(row) < 2 or bool((row[1:] >= row[:-1]).all()) else np.argsort(row, kind="stable")
         bounds = np.searchsorted(row if order is None else row[order], np.arange(n_rows + 1), side="left")
         return cls(row, pos, order, bounds)
@@ -49,7 +49,7 @@ class Placement:
         return slice(a, b) if self.order is None else self.order[a:b]
 
 
-def scatter(block: np.ndarray, lo: int, bars: Bars, place: Placement, fields: list[str], day0: int = 0,
+def scatter(block: np.ndarray, lo: int, bars: Bars, place: BarPlacement, fields: list[str], day0: int = 0,
             keep_stored: bool = False) -> None:
     """Write the bars of rows ``lo .. lo + len(block)`` into ``block`` [rows, days, fields], in place.
 
@@ -87,7 +87,7 @@ def put(block: np.ndarray, r: np.ndarray, p: np.ndarray, values: np.ndarray, giv
     block[r, p] = cells
 
 
-def new_blocks(bars: Bars, place: Placement, n_rows: int, n_dates: int, fields: list[str]
+def new_blocks(bars: Bars, place: BarPlacement, n_rows: int, n_dates: int, fields: list[str]
                ) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, block) of a new panel from bars alone: NaN where no bar, fields the input lacks NaN."""
     step = block_rows(n_dates, len(fields))

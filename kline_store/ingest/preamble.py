@@ -18,7 +18,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import columns as C
+from .columns import resolve_columns
 from ..errors import InputError
 
 LOOK_AHEAD = 6          # a header this many lines down at most is found without --skip-rows
@@ -70,7 +70,7 @@ def _is_header(line: str, user_map: dict[str, str] | None) -> bool:
     """The line names a date and a close column (a plain split first: polars' header parse only when needed)."""
     sep = sniff_separator(line)
     for names in ([c.strip().strip('"') for c in line.split(sep)], None):
-        found = set(C.resolve_columns(names if names is not None else header_names(line, sep), user_map).values())
+        found = set(resolve_columns(names if names is not None else header_names(line, sep), user_map).values())
         if "date" in found and "close" in found:
             return True
     return False

@@ -59,7 +59,7 @@ def folder_name(symbol: str) -> str:
 
 
 @dataclass
-class Span:
+class InstrumentLine:
     """One line of an instruments file: a symbol listed from ``first`` to ``last`` (dates), on line ``line``."""
 
     symbol: str
@@ -115,7 +115,7 @@ def instruments_file(root: Path, instruments: str) -> Path:
                      f"{', '.join(found) or 'none'})")
 
 
-def read_instruments(path: Path) -> list[Span]:
+def read_instruments(path: Path) -> list[InstrumentLine]:
     """Every line of an instruments file: ``SYMBOL<TAB>first<TAB>last``; a symbol may have several spans."""
     out = []
     for n, text in _lines(path, MAX_LIST_BYTES):
@@ -125,7 +125,7 @@ def read_instruments(path: Path) -> list[Span]:
         if not plain_symbol(parts[0].strip()):
             raise InputError(f"{path}: line {n}: instrument {parts[0].strip()[:60]!r} is not a plain name (no '/', "
                              f"'\\', '..' or NUL): it would name a folder outside features/")
-        out.append(Span(parts[0].strip(), _day(parts[1], path, n), _day(parts[2], path, n), n))
+        out.append(InstrumentLine(parts[0].strip(), _day(parts[1], path, n), _day(parts[2], path, n), n))
     if not out:
         raise InputError(f"{path}: no instrument listed")
     return out

@@ -26,13 +26,13 @@ from typing import Sequence
 
 import numpy as np
 
-from . import barsize, columns as C, panel as P, qlib_format as QF
-from ..store import NewVersion, bar_extent, labels, manifest as mf, universes as SU
+from . import barsize, columns, panel, qlib_format
+from ..store import NewVersion, bar_extent, labels, manifest as mf, universes
 from ..errors import InputError
 from ..progress import track
 from .report import IngestReport
 from ..store.snapshot import open_store
-from .universes import Listing, to_spans
+from .universes_in import Listing, to_spans
 from .validate import Problem
 
 
@@ -52,7 +52,7 @@ def provider_input(inputs: Sequence[str | os.PathLike], instruments: str | None 
     Options for files (``calendar``, ``mapping``, ``symbol_pattern``) are refused with a directory.
     """
     paths = [Path(str(i)) for i in inputs]
-    hits = [p for p in paths if QF.is_provider(p)]
+    hits = [p for p in paths if qlib_format.is_provider(p)]
     if not hits:
         if instruments is not None:
             raise InputError("--instruments applies to a Qlib provider directory (calendars/, instruments/, "
@@ -61,7 +61,7 @@ def provider_input(inputs: Sequence[str | os.PathLike], instruments: str | None 
     if len(paths) > 1:
         raise InputError(f"{hits[0]}: a Qlib provider directory is ingested alone ({len(paths)} inputs given)")
     if calendar is not None:
-        raise InputError(f"--calendar: {hits[0]} is a Qlib provider directory; its calendar is {QF.CALENDAR}")
+        raise InputError(f"--calendar: {hits[0]} is a Qlib provider directory; its calendar is {qlib_format.CALENDAR}")
     if mapping or symbol_pattern:
         raise InputError(f"--{'map' if mapping else 'symbol-pattern'}: {hits[0]} is a Qlib provider directory; "
                          f"its symbols and fields are named by its files")
@@ -69,7 +69,7 @@ def provider_input(inputs: Sequence[str | os.PathLike], instruments: str | None 
 
 
 @dataclass
-class Built:
+class ProviderBuilt:
     """What an ingest of a provider directory committed."""
 
     manifest: dict
@@ -89,21 +89,21 @@ class Built:
 
 def field_order(names: set[str]) -> list[str]:
     """open high low close volume amount (those present), then the others by name."""
-    return [f for f in C.BASE_FIELDS if f in names] + sorted(names - set(C.BASE_FIELDS))
+    return [f for f in columns.BASE_FIELDS if f in names] + sorted(names - set(columns.BASE_FIELDS))
 
 
-def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
+def build_store(src: Provider, out: Path, capacity: int | None = None) -> ProviderBuilt:
     """Write the provider's data as the next version of the store at ``out``; hold its writer lock."""
-    calendar = QF.read_calendar(src.root)
-    listing = QF.instruments_file(src.root, src.instruments)
-    entries = QF.read_instruments(listing)
+    calendar = qlib_format.read_calendar(src.root)
+    listing = qlib_format.instruments_file(src.root, src.instruments)
+    entries = qlib_format.read_instruments(listing)
     names = list(dict.fromkeys(span.symbol for span in entries))  # several spans: once
-    files = {s: QF.symbol_fields(src.root, s) for s in names}
+    files = {s: qlib_format.symbol_fields(src.root, s) for s in names}
     symbols = sorted(s for s in names if files[s])
     missing = [s for s in names if not files[s]]
     if not symbols:
         raise InputError(f"{listing}: none of its {len(names)} instrument(s) has feature files "
-                         f"({src.root / 'features'}/<symbol>/<field>{QF.SUFFIX})")
+                         f"({src.root / 'features'}/<symbol>/<field>{qlib_format.SUFFIX})")
     kept, notes = markets(src.root, listing, entries, symbols, frozenset(missing), calendar)   # before writing
     bar = bar_size(calendar)
     fields = field_order({f for s in symbols for f in files[s]})
@@ -112,29 +112,30 @@ def build_store(src: Provider, out: Path, capacity: int | None = None) -> Built:
     last = np.full(len(symbols), -1, dtype=np.int64)
     n_bars = 0
     with NewVersion(out, len(symbols), n_days, nf, capacity, crash="qlib") as txn:
-        step = P.block_rows(n_days, nf)
+        step = panel.block_rows(n_days, nf)
         for lo in range(0, len(symbols), step):
             block = np.full((min(step, len(symbols) - lo), n_days, nf), np.nan, dtype=np.float32)
             for i, s in enumerate(symbols[lo: lo + len(block)]):
-                start, values = QF.read_symbol(files[s], fields, n_days)
+                start, values = qlib_format.read_symbol(files[s], fields, n_days)
                 block[i, start: start + len(values)] = values
             present = np.isfinite(block).any(axis=2)     # a bar: a day with any value
             first[lo: lo + len(block)], last[lo: lo + len(block)] = bar_extent(present)
             n_bars += int(present.sum())
             txn.write(lo, block)
         n_files = sum(len(files[s]) for s in symbols)
-        source = {"path": str(src.root), "format": "qlib", "freq": QF.FREQ, "instruments": str(listing),
+        source = {"path": str(src.root), "format": "qlib", "freq": qlib_format.FREQ, "instruments": str(listing),
                   "symbols": len(symbols), "files": n_files}
         m = txn.commit(symbols=symbols, dates=calendar, fields=fields, first_bar=first, last_bar=last,
                        n_bars=n_bars, sources=[source],
-                       extra={"calendar_source": str(src.root / QF.CALENDAR), "adj_factor_source": None,
+                       extra={"calendar_source": str(src.root / qlib_format.CALENDAR), "adj_factor_source": None,
                               mf.STORE_ID_KEY: mf.new_store_id(),
-                              **({"bar": bar} if bar != barsize.DAY else {}), **({SU.KEY: kept} if kept else {})})
+                              **({"bar": bar} if bar != barsize.DAY else {}),
+                              **({universes.KEY: kept} if kept else {})})
     problems = []
     if missing:
         problems.append(Problem("no_features", f"listed in {listing.name} without a features folder, left out",
                                 len(missing), missing[:3], unit="instrument(s)"))
-    return Built(m, n_files, n_bars, symbols, fields, calendar, problems, notes)
+    return ProviderBuilt(m, n_files, n_bars, symbols, fields, calendar, problems, notes)
 
 
 def bar_size(calendar: np.ndarray) -> str:
@@ -144,8 +145,8 @@ def bar_size(calendar: np.ndarray) -> str:
     return barsize.by_file(days, zeros, zeros).get(0, barsize.DAY)
 
 
-def markets(root: Path, listing: Path, entries: list[QF.Span], symbols: list[str], missing: frozenset[str],
-            calendar: np.ndarray) -> tuple[dict, list[str]]:
+def markets(root: Path, listing: Path, entries: list[qlib_format.InstrumentLine], symbols: list[str],
+            missing: frozenset[str], calendar: np.ndarray) -> tuple[dict, list[str]]:
     """The universes an ingest keeps (manifest value) and what the report says of them.
 
     The instruments file asked for is kept under its name unless it is ``all`` (the store's own symbols); its
@@ -160,28 +161,28 @@ def markets(root: Path, listing: Path, entries: list[QF.Span], symbols: list[str
     notes: list[str] = []
     own = listing.stem
     if own.lower() != "all":
-        why = SU.name_problem(own)
+        why = universes.name_problem(own)
         if why:
             notes.append(f"{listing}: not kept as a universe: {why}")
         else:
             checked = to_spans([Listing(e.symbol, e.first, e.last, f"{listing}: line {e.line}") for e in entries],
                                symbols, last, leave_out=missing)
-            kept[own], opened = SU.encode(checked.spans, str(listing)), checked.opened
+            kept[own], opened = universes.encode(checked.spans, str(listing)), checked.opened
     others = sorted(p for p in (root / "instruments").glob("*.txt")
                     if p.stem.lower() != "all" and p.resolve() != listing.resolve() and p.is_file())
     left: list[str] = []
     has_data: dict[str, bool] = {}
     for path in others:
         name = path.stem
-        if SU.name_problem(name) or name in kept:
+        if universes.name_problem(name) or name in kept:
             left.append(f"{path.name} ({'the name of ' + str(listing) if name in kept else 'not a universe name'})")
             continue
         try:
             lines = []
-            for e in QF.read_instruments(path):
+            for e in qlib_format.read_instruments(path):
                 key = e.symbol.lower()
                 if key not in has_data:       # instruments without features are left out, as for the file asked for
-                    has_data[key] = (root / "features" / QF.folder_name(e.symbol)).is_dir()
+                    has_data[key] = (root / "features" / qlib_format.folder_name(e.symbol)).is_dir()
                 if has_data[key]:
                     lines.append(e)
             checked = to_spans([Listing(e.symbol, e.first, e.last, f"{path}: line {e.line}") for e in lines],
@@ -193,7 +194,7 @@ def markets(root: Path, listing: Path, entries: list[QF.Span], symbols: list[str
             left.append(f"{path.name} ({len(checked.unknown)} of its symbols are not in the store)" if checked.unknown
                         else f"{path.name} (none of its symbols has features)")
             continue
-        kept[name], opened = SU.encode(checked.spans, str(path)), opened + checked.opened
+        kept[name], opened = universes.encode(checked.spans, str(path)), opened + checked.opened
     if kept:
         notes.append("universes " + ", ".join(f"{n} ({len(v['spans'])} symbols)" for n, v in sorted(kept.items()))
                      + (f"; {opened} span(s) end on the calendar's last day {last}: kept open (they grow with "
@@ -226,8 +227,8 @@ def export_provider(store: str | os.PathLike, out: str | os.PathLike) -> Exporte
         days = st.dates.astype("datetime64[D]")
         if len(np.unique(days)) != len(days) or bool((days != st.dates).any()):
             raise InputError(f"{store}: bars with a time of day; a Qlib export writes day bars only")
-        QF.check_names(st.symbols, st.fields)
-        writer = QF.ProviderWriter(out, days, st.fields)
+        qlib_format.check_names(st.symbols, st.fields)
+        writer = qlib_format.ProviderWriter(out, days, st.fields)
         ahead = labels.shifts(st.manifest, st.fields)
         every = list(range(st.n_fields))
         skipped = []
@@ -253,6 +254,6 @@ def export_provider(store: str | os.PathLike, out: str | os.PathLike) -> Exporte
 def market_lines(m: dict, name: str, leave_out: set[str], last_day: str) -> list[tuple[str, str, str]]:
     """Universe ``name`` as instruments lines (symbol, first, last): an open span ends on the calendar's last
     day (as Qlib's collectors write today's members); symbols an export leaves out are left out here too."""
-    spans = m[SU.KEY][name]["spans"]
+    spans = m[universes.KEY][name]["spans"]
     return [(s, a, b if b is not None else last_day) for s in sorted(spans) if s not in leave_out
             for a, b in spans[s] if b is not None or a <= last_day]   # an open span from after the calendar: no day

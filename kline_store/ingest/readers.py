@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 import numpy as np
 import polars as pl
 
-from . import adjust, clock, columns as C, textscan
+from . import adjust, clock, columns, textscan
 from .dates import FIRST_DAY, LAST_DAY, TIME, integral_float_dates, parse_dates, temporal, with_format
 from .. import memory
 from ..errors import InputError
@@ -303,8 +303,8 @@ def _finish_chunk(df: pl.DataFrame, src: Source) -> pl.DataFrame:
             i = int(empty.arg_max())
             if not src.skip_bad:
                 raise InputError(f"{src.where(rows[i])}: column {src.time_column!r} is empty beside date "
-                                 f"{C.short(raw[i])}: a bar needs its time of day (fix the file, or pass --skip-bad "
-                                 f"to leave such rows out)")
+                                 f"{columns.short(raw[i])}: a bar needs its time of day (fix the file, or pass "
+                                 f"--skip-bad to leave such rows out)")
             src.empty_times.extend(rows.filter(empty).to_list())
             keep = ~empty
             df, raw = df.filter(keep), raw.filter(keep)
@@ -325,7 +325,7 @@ def _formatted_dates(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         cell = "" if raw is None else str(raw).strip()
         if "_time_raw" in df.columns and df["_time_raw"][i] is not None:
             cell = f"{cell} {str(df['_time_raw'][i]).strip()}"
-        what = (f"date {C.short(cell)} in column {src.date_column!r} does not match --date-format "
+        what = (f"date {columns.short(cell)} in column {src.date_column!r} does not match --date-format "
                 f"{src.date_format!r}" if cell else f"missing date in column {src.date_column!r}")
         raise InputError(f"{src.where(df['_row'][i])}: {what}")
     if fast.len():
@@ -334,7 +334,7 @@ def _formatted_dates(df: pl.DataFrame, src: Source) -> pl.DataFrame:
         out = (fast < lo) | (fast >= hi)
         if out.any():
             i = int(out.arg_max())
-            raise InputError(f"{src.where(df['_row'][i])}: date {C.short(str(df['_date_raw'][i]))} read with "
+            raise InputError(f"{src.where(df['_row'][i])}: date {columns.short(str(df['_date_raw'][i]))} read with "
                              f"--date-format {src.date_format!r} is {fast[i]}, outside {FIRST_DAY}..{LAST_DAY}")
     return without(df.with_columns(fast.alias("date")), "_date_raw", "_date_fast",
                    *(["_time_raw"] if "_time_raw" in df.columns else []))
@@ -401,4 +401,5 @@ def _explain_bad_value(src: Source) -> None:
             cell = str(value).strip()
             hint = (f" (a missing-value marker? pass --na {cell!r})"
                     if 0 < len(cell) <= 6 and not any(ch.isdigit() for ch in cell) else "")
-            raise InputError(f"{src.where(row)}: column {C.short(s)}: non-numeric value {C.short(value)}{hint}")
+            raise InputError(f"{src.where(row)}: column {columns.short(s)}: non-numeric value "
+                             f"{columns.short(value)}{hint}")

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import barsize
-from ..store import identity, safefs, sessions as SE, timeaxis as TA
+from ..store import identity, safefs, sessions as store_sessions, timeaxis
 from ..errors import InputError
 from ..store.snapshot import Store, open_store
 from ..store import create_store
@@ -41,7 +41,7 @@ class Periods:
     keys: np.ndarray        # int64 [n_periods] keys of the target calendar (days or minutes)
 
 
-def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Sessions | None = None,
+def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: store_sessions.Sessions | None = None,
             stamp: str | None = None) -> Periods:
     """Group a source calendar's bars into periods of ``freq`` (pure: calendars in, index arrays out).
 
@@ -54,15 +54,15 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
     """
     keys = np.asarray(src_keys, dtype=np.int64)
     midnight_end = sessions is not None and sessions.stamp == "end"   # a 24:00 bar ends its own day
-    day = SE.trading_day(keys, midnight_end)
-    if freq == TA.DAILY:
+    day = store_sessions.trading_day(keys, midnight_end)
+    if freq == timeaxis.DAILY:
         period_key = day
     else:
-        step, k = TA.minutes(src_freq), TA.minutes(freq)
+        step, k = timeaxis.minutes(src_freq), timeaxis.minutes(freq)
         stamp_end = stamp == "end" if stamp is not None else (sessions is None or sessions.stamp == "end")
-        sid = SE.session_ids(keys, src_freq, midnight_end)
+        sid = store_sessions.session_ids(keys, src_freq, midnight_end)
         first = np.flatnonzero(np.r_[True, np.diff(sid) != 0])              # first bar of each session
-        clock = keys - day * TA.MINUTES_PER_DAY                              # 1..1440 for a 24:00 bar
+        clock = keys - day * timeaxis.MINUTES_PER_DAY                              # 1..1440 for a 24:00 bar
         opens = _session_opens(clock[first], day[first], sessions, step, stamp_end)
         last = np.r_[first[1:], len(keys)] - 1                               # last bar of each session
         closes = _session_closes(opens, clock[last] + (0 if stamp_end else step), sessions)
@@ -76,12 +76,12 @@ def periods(src_keys: np.ndarray, src_freq: str, freq: str, sessions: SE.Session
             stamp = np.minimum(open_ + ((offset - 1) // k + 1) * k, close_)   # the last one at the close
         else:                # the bar starting at open .. open + k - 1 to the period starting at open
             stamp = open_ + (offset // k) * k
-        period_key = day * TA.MINUTES_PER_DAY + stamp
+        period_key = day * timeaxis.MINUTES_PER_DAY + stamp
     change = np.r_[True, np.diff(period_key) != 0]
     return Periods(np.flatnonzero(change).astype(np.int64), period_key[change])
 
 
-def _session_closes(opens: np.ndarray, ends: np.ndarray, sessions: SE.Sessions | None) -> np.ndarray:
+def _session_closes(opens: np.ndarray, ends: np.ndarray, sessions: store_sessions.Sessions | None) -> np.ndarray:
     """The close (minute of day) of each session: its template session's, or without a template the latest end
     of a bar among the sessions with the same open (the usual close, the same on every day)."""
     if sessions is not None:
@@ -95,7 +95,7 @@ def _session_closes(opens: np.ndarray, ends: np.ndarray, sessions: SE.Sessions |
     return latest[inverse]
 
 
-def _session_opens(first_clock: np.ndarray, first_day: np.ndarray, sessions: SE.Sessions | None, step: int,
+def _session_opens(first_clock: np.ndarray, first_day: np.ndarray, sessions: store_sessions.Sessions | None, step: int,
                    stamp_end: bool) -> np.ndarray:
     """The open (minute of day) of each session of the calendar.
 
@@ -187,21 +187,21 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
     safefs.outside_store(st.path, out)
     if barsize.parse(freq) is not None:   # weekly or monthly bars from a daily store: barsize.py
         return barsize.resample_days(st, out, barsize.parse(freq), wait=wait, replace=replace)  # type: ignore
-    target = TA.parse_freq(freq)
-    if st.freq == TA.DAILY:
+    target = timeaxis.parse_freq(freq)
+    if st.freq == timeaxis.DAILY:
         raise InputError(f"{st.path}: a daily store; resample makes coarser bars of an intraday store, and weekly "
                          f"or monthly bars of a daily one (--freq 1w, --freq 1mo)")
-    src_min = TA.minutes(st.freq)
-    if TA.minutes(target) <= src_min:
+    src_min = timeaxis.minutes(st.freq)
+    if timeaxis.minutes(target) <= src_min:
         raise InputError(f"--freq {target}: not coarser than the store's {st.freq} bars; choose a coarser size")
-    if target != TA.DAILY and TA.minutes(target) % src_min:
+    if target != timeaxis.DAILY and timeaxis.minutes(target) % src_min:
         raise InputError(f"--freq {target}: not a multiple of the store's {st.freq} bars; choose a coarser size "
                          f"that {st.freq} divides")
     out = Path(out)
     if (out / "manifest.json").exists() and not replace:
         raise InputError(f"{out}: a store is already there; pass --replace to rebuild it")
     sess = st.manifest.get("sessions")
-    template = SE.Sessions.from_dict(sess) if sess else None
+    template = store_sessions.Sessions.from_dict(sess) if sess else None
     own = template.stamp if template is not None else st.manifest.get("stamp")
     if stamp is not None and stamp not in ("start", "end"):
         raise InputError(f"--stamp {stamp!r}: expected start or end")
@@ -215,13 +215,13 @@ def resample(store: str | os.PathLike | Store, out: str | os.PathLike, freq: str
     rows = max(1, BLOCK_BYTES // max(1, st.n_dates * st.n_fields * 4))
     for lo in range(0, st.n_symbols, rows):
         panel[lo: lo + rows] = aggregate(np.asarray(st.panel[lo: lo + rows]), per.starts, fields)
-    keep_sessions = template is not None and target != TA.DAILY and \
-        all((b - a) % TA.minutes(target) == 0 for a, b in template.intervals)
+    keep_sessions = template is not None and target != timeaxis.DAILY and \
+        all((b - a) % timeaxis.minutes(target) == 0 for a, b in template.intervals)
     extra = {"calendar_source": f"resampled from {st.path} ({st.freq})",
              "sessions": template.as_dict() if keep_sessions else None,
              "timezone": st.manifest.get("timezone") or "exchange-local, naive",
-             **({"stamp": stamp} if template is None and target != TA.DAILY else {}),
+             **({"stamp": stamp} if template is None and target != timeaxis.DAILY else {}),
              **{k: st.manifest.get(k) for k in ("adj_factor_source", "adj_last_factor", "adj_rebase")}}
-    create_store(out, panel, st.symbols, TA.stamps(per.keys, TA.unit(target)), fields, extra=extra, wait=wait,
-                 freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
+    create_store(out, panel, st.symbols, timeaxis.stamps(per.keys, timeaxis.unit(target)), fields, extra=extra,
+                 wait=wait, freq=target, sources=[{**identity.summary(st), "freq": st.freq}])
     return ResampleReport(out, st.freq, target, st.n_symbols, st.n_dates, len(per.starts))

@@ -17,7 +17,7 @@ import numpy as np
 import polars as pl
 
 from ..errors import InputError
-from ..store import safefs, timeaxis as TA
+from ..store import safefs, timeaxis
 from .inputs import location
 
 BLOCK = 1 << 16   # rows worked on at a time for the stamps (temporaries that stay in the cache)
@@ -110,7 +110,7 @@ class Sink:
         """Each row's stamp in minutes into ``minute``; the file's times of day and the chunk's distinct stamps
         noted. A block of rows at a time: its temporaries stay in the cache."""
         ms = df["date"].cast(pl.Int64).to_numpy()
-        seen = self.times_of_day.setdefault(file_id, np.zeros(TA.MINUTES_PER_DAY, dtype=bool))
+        seen = self.times_of_day.setdefault(file_id, np.zeros(timeaxis.MINUTES_PER_DAY, dtype=bool))
         for a in range(0, len(ms), BLOCK):
             m, given = minute[a: a + BLOCK], ms[a: a + BLOCK]
             np.floor_divide(given, 60_000, out=m)
@@ -122,7 +122,7 @@ class Sink:
                     raise InputError(f"{path}: {location(path, int(df['_row'][i]))}: time {df['date'][i]} has "
                                      f"seconds; bars are whole minutes (1 minute or longer); --round-stamps "
                                      f"rounds such stamps to the nearest minute")
-            tod = m % TA.MINUTES_PER_DAY
+            tod = m % timeaxis.MINUTES_PER_DAY
             seen[tod] = True
             self.stamps.add(m)
         # A daily file has one time of day (none, or its close like 15:00); a file with several holds bars
@@ -215,7 +215,7 @@ class StampSet:
         a, b = int(m.min()), int(m.max())
         t = self.table
         if t is None and self.parts:
-            self.parts.append(TA.unique_keys(m))
+            self.parts.append(timeaxis.unique_keys(m))
             return
         if t is None or a < self.lo or b >= self.lo + len(t):
             lo = a if t is None else min(a, self.lo)
@@ -224,7 +224,7 @@ class StampSet:
                 if t is not None:
                     self.parts.append(np.flatnonzero(t) + self.lo)
                 self.table = None
-                self.parts.append(TA.unique_keys(m))
+                self.parts.append(timeaxis.unique_keys(m))
                 return
             room = (hi - lo + 1) // 2 if t is not None else 0   # grown with room: amortised
             new = np.zeros(hi - lo + 1 + room, dtype=bool)
@@ -236,7 +236,7 @@ class StampSet:
     def values(self) -> np.ndarray:
         if self.table is not None:
             return np.flatnonzero(self.table) + self.lo
-        return TA.unique_keys(np.concatenate(self.parts)) if self.parts else np.zeros(0, dtype=np.int64)
+        return timeaxis.unique_keys(np.concatenate(self.parts)) if self.parts else np.zeros(0, dtype=np.int64)
 
 
 def drop_pages(col: np.ndarray, lo: int = 0, hi: int | None = None) -> None:

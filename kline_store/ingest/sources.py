@@ -15,7 +15,8 @@ from pathlib import Path
 
 import polars as pl
 
-from . import adjust, clock, columns as C, packed, preamble, textscan, wide
+from . import adjust, clock, packed, preamble, textscan, wide
+from .columns import BASE_FIELDS, NULL_VALUES, describe_missing, is_index_name, resolve_columns
 from .dates import integral_float_dates, parse_dates
 from ..errors import InputError
 from .inputs import FixedSymbol, is_parquet, location, shift_lines, symbol_from_name
@@ -92,7 +93,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
                 schema = dict(pl.read_parquet_schema(fh))
             cols = list(schema)
             enc, data, sep, settled = "parquet", None, ",", True
-            mapping = C.resolve_columns(cols, user_map)
+            mapping = resolve_columns(cols, user_map)
         else:
             if os.path.getsize(path) == 0:
                 raise InputError(f"{path}: file is empty")
@@ -100,13 +101,13 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
             enc, data, settled = (*unpacked, True) if unpacked is not None else textscan.sniff_encoding(path)
             given = read.skip_rows is not None or read.no_header or bool(read.columns)
             sep, cols = (",", []) if given else _first_row(path, data)
-            mapping = C.resolve_columns(cols, user_map)
+            mapping = resolve_columns(cols, user_map)
             if given or not {"date", "close"} <= set(mapping.values()):
                 # lines before the header, or no header: only then is the text's beginning looked at again
                 enc, data, settled, pre = _preamble(path, enc, data, settled, user_map, read)
                 if pre.changes or given:
                     sep, cols = _first_row(path, data)
-                    mapping = C.resolve_columns(cols, user_map)
+                    mapping = resolve_columns(cols, user_map)
     except InputError:
         raise
     except Exception as exc:  # unreadable parquet footer, permission denied, ...
@@ -121,7 +122,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         src.schema = schema
         src.row_bytes = float(sum(4 if dt in (pl.Float32, pl.Int32, pl.UInt32, pl.Date) else 16 if dt == pl.String
                                   else 8 for dt in schema.values()) or 8)
-    unnamed = [c for c in cols if C.is_index_name(c) and c not in (user_map or {})]
+    unnamed = [c for c in cols if is_index_name(c) and c not in (user_map or {})]
     if "date" not in mapping.values() and unnamed:
         # pandas writes its index unnamed: to_csv() as the first column, to_parquet() as __index_level_0__
         src.head = _head(src)
@@ -138,14 +139,14 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
         src.notes.append(f"{path}: {enc[6:]}")
     if "date" not in canon:
         wide.refuse_wide(cols, path)
-        raise InputError(C.describe_missing("date", cols, str(path)))
+        raise InputError(describe_missing("date", cols, str(path)))
     if "close" not in canon:
         wide.refuse_wide(cols, path)
         price = wide.price_column(cols)
         if price is not None and src.head is None:
             src.head = _head(src)
         if price is None or not wide.dates_only(src.head, src.date_column):
-            raise InputError(C.describe_missing("close", cols, str(path)))
+            raise InputError(describe_missing("close", cols, str(path)))
         mapping[price] = "close"
         canon = set(mapping.values())
         src.notes.append(f"{path}: column {price!r} read as close: close-only bars (one price per date, no open, "
@@ -172,7 +173,7 @@ def inspect_source(path: Path, user_map: dict[str, str] | None = None, symbol_pa
     # A second column for the same field ("Date" beside "date", "code" beside "ts_code") is left out: say so.
     for c in [c for c in cols if re.search(r"_duplicated_\d+$", c) and c in mapping]:
         del mapping[c]   # polars' name for a repeated header ("close,close"): the first one is the field
-    shadowed = [c for c in cols if c not in mapping and not C.is_index_name(c) and c not in dropped]
+    shadowed = [c for c in cols if c not in mapping and not is_index_name(c) and c not in dropped]
     src.dropped = dropped + shadowed
     return src
 
@@ -252,7 +253,7 @@ def _unusable_types(src: Source, schema: dict[str, pl.DataType], forced: set[str
             ok = dt.is_numeric() or dt in (pl.String, pl.Null)
         if ok:
             continue
-        if d in ("symbol", "date", "time") or d in C.BASE_FIELDS or s in forced:
+        if d in ("symbol", "date", "time") or d in BASE_FIELDS or s in forced:
             raise InputError(f"{src.path}: column {s!r} has type {dt}; {d} needs "
                              f"{'text' if d == 'symbol' else 'dates' if d == 'date' else 'numbers'}")
         out.append(s)
@@ -289,7 +290,7 @@ def _text_extras(src: Source, forced: set[str]) -> list[str]:
     Canonical fields and columns named in --map are never dropped: a bad value there is an error.
     """
     extras = [s for s, d in src.mapping.items()
-              if d not in ("symbol", "date", "time") and d not in C.BASE_FIELDS and s not in forced]
+              if d not in ("symbol", "date", "time") and d not in BASE_FIELDS and s not in forced]
     head = src.head
     if not extras or head is None:
         return []
@@ -322,7 +323,7 @@ def _scan(src: Source, text_only: bool, date_fmt: str | None = None, data: bytes
         # ("null", "--", "NA") fails it and is read on the text path, which knows them.
         lf = pl.scan_csv(data if data is not None else src.path, separator=src.separator,
                          schema_overrides=overrides, infer_schema_length=0,
-                         null_values=C.NULL_VALUES + list(src.na) if text_only else (list(src.na) or None),
+                         null_values=NULL_VALUES + list(src.na) if text_only else (list(src.na) or None),
                          glob=False)
     return lf.with_row_index("_row")
 

@@ -26,9 +26,9 @@ from typing import Sequence
 
 import numpy as np
 
-from . import adjust, barsize, dates as D, exchanges as XC, frames as FR, grid, panel as P
-from ..store import NewVersion, TailAppend, bar_extent, collect, lock, manifest as mf, universes, writer as W
-from ..store import sessions as SE, timeaxis as TA
+from . import adjust, barsize, dates, exchanges, from_frames, grid, panel
+from ..store import NewVersion, TailAppend, bar_extent, collect, lock, manifest as mf, universes, writer
+from ..store import sessions, timeaxis
 from .bars import Axis, Bars, read_bars, read_calendar, where_day
 from ..errors import InputError
 from .inputs import as_input_list, expand_inputs, fixed_symbol
@@ -38,7 +38,7 @@ from ..store.snapshot import Store, open_store
 
 
 @dataclass
-class Plan:
+class AppendPlan:
     """What an append will do, computed before anything is written."""
 
     calendar: np.ndarray          # new calendar: keys in the store's unit (days or minutes since 1970)
@@ -101,11 +101,12 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                 wait: float = 0.0, quiet: bool = True) -> IngestReport:
     """``append`` with its options as objects: files, folders, globs or a DataFrame."""
     t0 = time.perf_counter()
-    if FR.is_frame(inputs):   # read like a file, with every option a file takes
-        with FR.as_file(inputs, read, _store_zone(store)) as path:
+    if from_frames.is_frame(inputs):   # read like a file, with every option a file takes
+        with from_frames.as_file(inputs, read, _store_zone(store)) as path:
             return append_with(store, [path], read, options, dry_run=dry_run, wait=wait, quiet=quiet)
     if not isinstance(store, (str, os.PathLike)):
-        raise InputError(f"store={FR.describe(store)}: expected a store directory path (ks.append(store, inputs))")
+        raise InputError(f"store={from_frames.describe(store)}: expected a store directory path "
+                         f"(ks.append(store, inputs))")
     store_dir = Path(store)
     head = mf.read_manifest(store_dir)  # a clear error before reading any input if there is no store
     if read.date_format is None and head.get("date_format"):   # the store's --date-format, recorded at ingest
@@ -113,7 +114,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     if read.symbol is not None:
         read = read.replace(symbol_pattern=fixed_symbol(read.symbol, expand_inputs(as_input_list(inputs)),
                                                         read.symbol_pattern))
-    with D.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
+    with dates.exchange_zone(Axis.of(head).timezone) as moved:   # stamps with UTC offsets: to the store's clock
         try:
             bars = read_bars(as_input_list(inputs), read, quiet=quiet)
         except InputError as exc:
@@ -123,15 +124,16 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
             raise
     barsize.check_append(head, bars, store_dir)   # weekly bars into a daily store: no
     calendar = options.calendar
-    code = str(calendar).upper() if XC.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
+    code = str(calendar).upper() if exchanges.is_code(calendar) else None   # --calendar XSHG: the exchange's sessions
     extra_cal = read_calendar(calendar).astype(np.int64) if calendar is not None and code is None else None
     bars = grid.check_append(head, bars, store_dir, read.skip_bad)   # daily or 5-minute bars into a 1-minute store: no
-    note_moved = D.moved_note(moved, Axis.of(head).timezone) if head.get("freq", TA.DAILY) == TA.DAILY else None
+    daily = head.get("freq", timeaxis.DAILY) == timeaxis.DAILY
+    note_moved = dates.moved_note(moved, Axis.of(head).timezone) if daily else None
     if note_moved:
         bars.notes.append(note_moved)
     if extra_cal is not None and not len(extra_cal):
         raise InputError(f"{calendar}: the calendar lists no date")
-    exchange = XC.Exchange.of(head, code, options.assume_weekdays)
+    exchange = exchanges.Exchange.of(head, code, options.assume_weekdays)
     if dry_run:       # a dry run writes nothing, not even a lock file: it plans on one snapshot
         with open_store(store_dir, verify=False) as old:
             plan, _ = _plan(old, bars, extra_cal, exchange)
@@ -140,7 +142,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
-                W.prepare(store_dir, old.manifest)
+                writer.prepare(store_dir, old.manifest)
                 plan, rebase = _plan(old, bars, extra_cal, exchange)
                 plan.calendar_source = str(calendar) if calendar is not None else None
                 if read.date_format:
@@ -152,12 +154,12 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                     elif plan.mode == "rewrite":
                         committed = write_rewrite(store_dir, old, bars, plan, rebase)
                 finally:
-                    W.clean_staging(store_dir)
+                    writer.clean_staging(store_dir)
             if plan.mode != "none":
                 collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
             freq = committed.get("bar") or committed.get("freq", "1d")
-    cal = TA.stamps(plan.calendar, plan.unit)
+    cal = timeaxis.stamps(plan.calendar, plan.unit)
     top = sorted(plan.changed.items(), key=lambda kv: -kv[1])
     extra = {
         "mode": (("dry run, would " + plan.mode) if plan.mode != "none" else "dry run: nothing new")
@@ -187,12 +189,12 @@ def _store_zone(store) -> str | None:
         return None
 
 
-def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None
-          ) -> tuple[Plan, dict[str, float]]:
+def _plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: exchanges.Exchange | None = None
+          ) -> tuple[AppendPlan, dict[str, float]]:
     """Put an appended vendor factor on the store's scale (in place), then plan: both read only."""
     rebase = adjust.rescale_to_store(old, bars.names, bars.sym, bars.keys(Axis.of(old.manifest).unit), bars.values,
                                      bars.fields)
-    return make_plan(old, bars, calendar, exchange), rebase
+    return plan_append(old, bars, calendar, exchange), rebase
 
 
 def calendar_file_of(manifest: dict) -> str | None:
@@ -201,7 +203,7 @@ def calendar_file_of(manifest: dict) -> str | None:
     src = manifest.get("calendar_source")
     if not src or manifest.get("sessions") or str(src).startswith(("union of", "sessions ", "resampled from")):
         return None
-    if manifest.get("exchange") or XC.code_like(src):   # --calendar XSHG (recorded as the code before "exchange")
+    if manifest.get("exchange") or exchanges.code_like(src):   # --calendar XSHG (the code, before "exchange")
         return None
     return str(src)
 
@@ -212,30 +214,32 @@ def _outside(old: Store, bars: Bars, days: np.ndarray, cal: np.ndarray, what: st
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         unit = Axis.of(old.manifest).unit
-        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at {TA.show(int(days[i]), unit)} is "
-                         f"outside the store's {what} ({int(outside.sum())} bar(s) in all)")
+        raise InputError(f"{bars.where(i)}: {bars.names[int(bars.sym[i])]} bar at "
+                         f"{timeaxis.show(int(days[i]), unit)} is outside the store's {what} "
+                         f"({int(outside.sum())} bar(s) in all)")
 
 
-def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchange: XC.Exchange | None = None) -> Plan:
+def plan_append(old: Store, bars: Bars, calendar: np.ndarray | None = None,
+                exchange: exchanges.Exchange | None = None) -> AppendPlan:
     """Decide tail or rewrite, and count what changes. Pure reading: nothing is written."""
     axis = Axis.of(old.manifest)
-    exchange = exchange or XC.Exchange.of(old.manifest, None, False)
+    exchange = exchange or exchanges.Exchange.of(old.manifest, None, False)
     where = where_day(bars, axis.unit)
-    if axis.freq == TA.DAILY and bars.intraday:
-        size = TA.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
-        if size != TA.DAILY:   # several bars of a symbol on one day, not just a varying close stamp
+    if axis.freq == timeaxis.DAILY and bars.intraday:
+        size = timeaxis.detect_freq(np.asarray(bars.minute, dtype=np.int64), np.asarray(bars.sym))
+        if size != timeaxis.DAILY:   # several bars of a symbol on one day, not just a varying close stamp
             raise InputError(f"{bars.where(0)}: {size} bars (several a day) for {old.path}, a daily store: "
                              f"ingest them into an intraday store, then resample it to 1d")
     old_days = old.dates.astype(np.int64)   # keys: days, or minutes of an intraday store
     days = bars.keys(axis.unit)
-    if axis.freq != TA.DAILY:
-        midnight = days % TA.MINUTES_PER_DAY == 0
-        if midnight.all() and not (old_days % TA.MINUTES_PER_DAY == 0).any():
+    if axis.freq != timeaxis.DAILY:
+        midnight = days % timeaxis.MINUTES_PER_DAY == 0
+        if midnight.all() and not (old_days % timeaxis.MINUTES_PER_DAY == 0).any():
             raise InputError(f"{bars.where(0)}: bars without a time of day (daily bars?) for {old.path}, an "
                              f"intraday store ({axis.freq}) with no bar at midnight")
-        finer = TA.finer_than(axis.freq, days, np.asarray(bars.sym))
+        finer = timeaxis.finer_than(axis.freq, days, np.asarray(bars.sym))
         if finer is not None:
-            raise InputError(f"{bars.where(finer)}: bar at {TA.show(int(days[finer]), 'm')} is less than "
+            raise InputError(f"{bars.where(finer)}: bar at {timeaxis.show(int(days[finer]), 'm')} is less than "
                              f"{axis.freq} after the symbol's previous bar: finer than the store's bars")
     if axis.sessions is not None:
         # The input's dates bring every bar of their sessions up to its last bar, and so does the store's last
@@ -245,22 +249,23 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchan
             raise InputError("--calendar lists trading dates of daily stores; an intraday store's calendar is its "
                              "sessions")
         span = np.r_[days, old_days[-1:]]
-        sessions_cal = (XC.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp, where,
-                                             axis.sessions if exchange.assume_weekdays else None)
-                        if axis.exchange else SE.calendar(span, axis.sessions, axis.freq))   # --sessions XSHG: its days
+        # --sessions XSHG: its days
+        sessions_cal = (exchanges.intraday_calendar(span, axis.exchange, axis.freq, axis.sessions.stamp, where,
+                                                    axis.sessions if exchange.assume_weekdays else None)
+                        if axis.exchange else sessions.calendar(span, axis.sessions, axis.freq))
         cal = np.union1d(old_days, sessions_cal)
         _outside(old, bars, days, cal, f"sessions ({axis.sessions.name})")
     elif exchange.code is not None and calendar is None:
         # A store that follows an exchange: its next sessions come from exchange_calendars (a calendar file
         # given to this append lists them instead: the way past the library's last covered day).
-        if axis.freq != TA.DAILY:
+        if axis.freq != timeaxis.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
-        cal = XC.extend_days(exchange.code, old_days, days, where, exchange.assume_weekdays)
+        cal = exchanges.extend_days(exchange.code, old_days, days, where, exchange.assume_weekdays)
         _outside(old, bars, days, cal, f"calendar ({exchange.code} sessions)")
     elif calendar is not None or calendar_file_of(old.manifest) is not None:
         # A store built with a calendar file: its dates are the calendar's, never the input's. New dates come
         # from a calendar the user passes (as a full ingest with that file would have them).
-        if calendar is not None and axis.freq != TA.DAILY:
+        if calendar is not None and axis.freq != timeaxis.DAILY:
             raise InputError("--calendar lists trading dates of daily stores; for intraday bars use --sessions")
         cal = old_days if calendar is None else np.union1d(old_days, calendar)
         src = calendar_file_of(old.manifest) or "calendar"
@@ -299,28 +304,28 @@ def make_plan(old: Store, bars: Bars, calendar: np.ndarray | None = None, exchan
             counts = np.bincount(o_sym, weights=per_bar, minlength=old.n_symbols)
             changed = {old.symbols[i]: int(counts[i]) for i in np.flatnonzero(counts)}
     if new_dates == 0 and not new_syms and not changed and not new_fields:
-        return Plan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
+        return AppendPlan(cal, axis.unit, symbols, fields, sym, pos, 0, [], {}, "none", "nothing new", source)
     marks = exchange.marks(old.manifest, cal, axis.unit, axis.sessions is None) if calendar is None else {}
     reason = ("revised bars" if changed else f"{inserted} date(s) inserted before the last stored date"
               if inserted else f"new field(s) {', '.join(new_fields)}" if new_fields
               else "date capacity exhausted" if len(cal) > old.date_capacity else "")
     mode = "rewrite" if reason else "tail"
-    return Plan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
+    return AppendPlan(cal, axis.unit, symbols, fields, sym, pos, new_dates, new_syms, changed, mode,
                 reason or "new days/symbols only", source, marks=marks)
 
 
-def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+def write_tail(store_dir: Path, old: Store, bars: Bars, plan: AppendPlan, rebase: dict[str, float]) -> dict:
     """Write new days/rows in place beyond every committed version's view; extend checksums; commit.
 
     Only cells no committed version can see are written: new days of old rows, and new rows. Bars on stored
-    days were found identical by make_plan (else this would be a rewrite) and are not written again.
+    days were found identical by plan_append (else this would be a rewrite) and are not written again.
     """
     m = old.manifest
     n_old_rows, n_old = old.n_symbols, old.n_dates
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
     fresh = bars.subset(new)
-    place = P.Placement.of(plan.sym[new], plan.pos[new], n_rows)
+    place = panel.BarPlacement.of(plan.sym[new], plan.pos[new], n_rows)
     with TailAppend(store_dir, m, n_rows, n_new, nf, pinned=old._fd, crash="tail") as txn:
         state = _write_tail_blocks(txn, old, fresh, place, plan)
     none = np.iinfo(np.int64).max
@@ -334,7 +339,7 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict
                                          rebase))
 
 
-def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: P.Placement, plan: Plan
+def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: panel.BarPlacement, plan: AppendPlan
                        ) -> np.ndarray | None:
     """pwrite the new days of old rows and the new rows, a block at a time; returns the event state."""
     n_old_rows, n_old = old.n_symbols, old.n_dates
@@ -348,11 +353,11 @@ def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: P.Placem
     for r0, r1, d0 in ((0, n_old_rows, n_old), (n_old_rows, n_rows, 0)):
         if r1 <= r0 or n_new <= d0:
             continue
-        step = P.block_rows(n_new - d0, nf)
+        step = panel.block_rows(n_new - d0, nf)
         for lo in range(r0, r1, step):
             hi = min(lo + step, r1)
             block = np.full((hi - lo, n_new - d0, nf), np.nan, dtype=np.float32)
-            P.scatter(block, lo, fresh, place, plan.fields, day0=d0)
+            panel.scatter(block, lo, fresh, place, plan.fields, day0=d0)
             if events and d0:
                 last = adjust.fill_event_factor(block, plan.fields, prev_close[lo:hi], start[lo:hi])
                 state[lo:hi] = np.where(np.isfinite(last), last, start[lo:hi])
@@ -362,18 +367,18 @@ def _write_tail_blocks(txn: TailAppend, old: Store, fresh: Bars, place: P.Placem
     return state
 
 
-def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: dict[str, float]) -> dict:
+def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: AppendPlan, rebase: dict[str, float]) -> dict:
     """Copy-on-write: a new generation with the old cells moved to their (new) calendar positions, the revised
     bars laid over them, built and written a block of rows at a time."""
     m = old.manifest
     n_rows, n_new, nf = len(plan.symbols), len(plan.calendar), len(plan.fields)
     old_pos = np.searchsorted(plan.calendar, old.dates.astype(np.int64))
-    place = P.Placement.of(plan.sym, plan.pos, n_rows)
+    place = panel.BarPlacement.of(plan.sym, plan.pos, n_rows)
     events = plan.factor_source == adjust.EVENTS
     state = np.full(n_rows, np.nan) if events else None
     present_rows = []
     with NewVersion(store_dir, n_rows, n_new, nf, crash="rewrite", after=m) as txn:
-        step = P.block_rows(n_new, nf)
+        step = panel.block_rows(n_new, nf)
         for lo in range(0, n_rows, step):
             hi = min(lo + step, n_rows)
             block = np.full((hi - lo, n_new, nf), np.nan, dtype=np.float32)
@@ -381,7 +386,7 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
             if stored:
                 block[:stored][:, old_pos, : old.n_fields] = old.panel[lo: lo + stored]
             # Revised bars replace the values the input has; empty cells and fields it lacks keep what is stored.
-            P.scatter(block, lo, bars, place, plan.fields, keep_stored=True)
+            panel.scatter(block, lo, bars, place, plan.fields, keep_stored=True)
             if events:
                 state[lo:hi] = adjust.refill_events(block, plan.fields)
             present_rows.append(np.isfinite(block).any(axis=2))
@@ -393,7 +398,7 @@ def write_rewrite(store_dir: Path, old: Store, bars: Bars, plan: Plan, rebase: d
                           **_manifest_fields(old, plan, first, last, int(present.sum()), bars, state, rebase))
 
 
-def _manifest_fields(old: Store, plan: Plan, first: np.ndarray, last: np.ndarray, n_bars: int, bars: Bars,
+def _manifest_fields(old: Store, plan: AppendPlan, first: np.ndarray, last: np.ndarray, n_bars: int, bars: Bars,
                      factor_state: np.ndarray | None, rebase: dict[str, float]) -> dict:
     """The new version's manifest fields (``build_manifest``'s keywords but version, data, capacity and
     created_at, which the transaction fills in)."""
@@ -406,6 +411,6 @@ def _manifest_fields(old: Store, plan: Plan, first: np.ndarray, last: np.ndarray
         extra["adj_rebase"] = [rebase.get(s) for s in plan.symbols]
     if factor_state is not None:
         extra["adj_last_factor"] = adjust.state_list(factor_state)
-    return dict(symbols=plan.symbols, dates=TA.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
+    return dict(symbols=plan.symbols, dates=timeaxis.stamps(plan.calendar, Axis.of(m).unit), fields=plan.fields,
                 first_bar=first, last_bar=last, n_bars=n_bars, sources=list(m.get("sources", [])) + bars.sources,
                 extra=extra)

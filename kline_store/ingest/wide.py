@@ -14,7 +14,7 @@ from pathlib import Path
 
 import polars as pl
 
-from . import columns as C
+from .columns import ALIASES, BASE_FIELDS, normalise
 from ..errors import InputError
 
 PRICE_NAMES = frozenset({"price", "last", "last_price", "trade_price", "lastprice", "px", "px_last", "value"})
@@ -24,10 +24,10 @@ _CLOCK = r"\d{1,2}:\d{2}"
 
 def price_column(columns: list[str]) -> str | None:
     """The one price column of a file without open, high, low or close (None when there is none or several)."""
-    keys = {C.normalise(c) for c in columns}
+    keys = {normalise(c) for c in columns}
     if keys & {"open", "high", "low", "bid", "ask"}:
         return None
-    found = [c for c in columns if C.normalise(c) in PRICE_NAMES]
+    found = [c for c in columns if normalise(c) in PRICE_NAMES]
     return found[0] if len(found) == 1 else None
 
 
@@ -45,14 +45,14 @@ def dates_only(head: pl.DataFrame | None, date_column: str) -> bool:
 
 def refuse_wide(columns: list[str], path: Path) -> None:
     """InputError showing the reshape when the header is one column per symbol and field (``BTC:close``)."""
-    pairs = [(c, m.group("sym").strip(), C.ALIASES.get(C.normalise(m.group("field")), C.normalise(m.group("field"))))
+    pairs = [(c, m.group("sym").strip(), ALIASES.get(normalise(m.group("field")), normalise(m.group("field"))))
              for c in columns if (m := _PAIR.match(c))]
-    pairs = [p for p in pairs if p[2] in C.BASE_FIELDS]
+    pairs = [p for p in pairs if p[2] in BASE_FIELDS]
     symbols = sorted({s for _, s, _ in pairs})
     if len(pairs) < 2 or not any(f == "close" for _, _, f in pairs):
         return
     rest = [c for c in columns if c not in {p[0] for p in pairs}]
-    date = next((c for c in rest if C.ALIASES.get(C.normalise(c)) == "date"), rest[0] if rest else "date")
+    date = next((c for c in rest if ALIASES.get(normalise(c)) == "date"), rest[0] if rest else "date")
     sep = next(ch for ch in ":|/" if ch in pairs[0][0])
     raise InputError(
         f"{path}: a wide file, one column per symbol and field ({', '.join(repr(c) for c, _, _ in pairs[:3])}, ... "

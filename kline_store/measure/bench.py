@@ -35,10 +35,10 @@ from ..system.cores import usable_cores
 from ..progress import Progress
 from ..samples.dataset import KlineDataset
 from ..store import open_store
-from . import classic as CL
+from . import classic
 from . import footprint, synthetic
 from .bench_report import BenchResult, BenchRow, format_table, plot
-from .bench_rows import CLASSIC, LABELS, PER_SAMPLE, VARIANTS, Run, ceiling, measure, memcpy_bandwidth
+from .bench_rows import CLASSIC, LABELS, PER_SAMPLE, VARIANTS, BenchRun, ceiling, measure, memcpy_bandwidth
 
 def _prepare_store(store: str | os.PathLike, window: int, min_multiple: float, scratch: Path | None,
                    settings: dict[str, Any], say: Callable[[str], None]) -> Path:
@@ -115,9 +115,9 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
     order = np.random.default_rng(seed).permutation(len(ds))[:n]
     s, t = ds.locate(order)
     x_fields = [st.fields.index(f) for f in ds.fields]
-    layout = CL.Layout(st.data_file, st.manifest["data"]["rows"], st.date_capacity, st.n_fields, x_fields, window,
-                       s, t)
-    run = Run(path, ds, ds.fields, batch_size, n, min(classic_samples, n), seed,
+    layout = classic.WindowFile(st.data_file, st.manifest["data"]["rows"], st.date_capacity, st.n_fields, x_fields,
+                                window, s, t)
+    run = BenchRun(path, ds, ds.fields, batch_size, n, min(classic_samples, n), seed,
                torch.from_numpy(s * st.date_capacity + t - (window - 1)), layout)
     settings.update(fields=ds.fields, windows_in_store=len(ds), store_shape=[st.n_symbols, st.n_dates, st.n_fields],
                     loader=describe_config(ds.loader(batch_size=batch_size)))
@@ -136,7 +136,7 @@ def _bench(path: Path, window: int, fields: Sequence[str] | None, batch_size: in
             if r == rounds - 1 and progress is not None:
                 progress(_row(name, found[name], samples))
     for name in (v for v in variants if v in PER_SAMPLE):
-        if name.startswith("qlib") and not CL.qlib_available():
+        if name.startswith("qlib") and not classic.qlib_available():
             skipped[name] = "skipped: pyqlib is not installed (pip install pyqlib)"
             continue
         found[name] = [measure(name, run)]

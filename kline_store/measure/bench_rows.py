@@ -26,7 +26,7 @@ from ..system.pages import readahead
 from ..feed.prefetch import KeepTorchThreads, SingleThreaded, single_threaded_torch
 from ..samples.dataset import KlineDataset
 from ..samples.gather import window_view
-from . import classic as CL
+from . import classic
 from .timing import shut_down, time_batches
 
 RECIPE = {"num_workers": 4, "pin_memory": True, "prefetch_factor": 4, "persistent_workers": True}
@@ -149,7 +149,7 @@ def _ceiling_first_touch(ds: KlineDataset, start: torch.Tensor, batch_size: int)
 
 
 @dataclasses.dataclass
-class Run:
+class BenchRun:
     """What every variant reads: the store, the dataset, the windows, the sizes."""
 
     store: Path
@@ -160,7 +160,7 @@ class Run:
     per_sample: int
     seed: int
     start: torch.Tensor
-    layout: CL.Layout
+    layout: classic.WindowFile
 
 
 def _loader_rate(make: Callable[[], Any], n: int, warmup: int) -> float:
@@ -173,7 +173,7 @@ def _loader_rate(make: Callable[[], Any], n: int, warmup: int) -> float:
         gc.collect()
 
 
-def measure(name: str, run: Run) -> tuple[float, int, str]:
+def measure(name: str, run: BenchRun) -> tuple[float, int, str]:
     """``(windows/s, windows timed, note)`` of one variant, once."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*pin_memory.*")       # pinning without CUDA: the recipe asks
@@ -181,7 +181,7 @@ def measure(name: str, run: Run) -> tuple[float, int, str]:
         return _measure_loud(name, run)
 
 
-def _measure_loud(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_loud(name: str, run: BenchRun) -> tuple[float, int, str]:
     ds, b, n = run.ds, run.batch_size, run.n
     if name == "ceiling":
         rate, how = ceiling(ds, run.start, b)
@@ -229,7 +229,7 @@ def _measure_loud(name: str, run: Run) -> tuple[float, int, str]:
     return _measure_per_sample(name, run)
 
 
-def _measure_per_sample(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_per_sample(name: str, run: BenchRun) -> tuple[float, int, str]:
     b, m = run.batch_size, run.per_sample
     lay = run.layout
     if name == "getitem":
@@ -243,26 +243,26 @@ def _measure_per_sample(name: str, run: Run) -> tuple[float, int, str]:
             times[k] = clock() - t0
         return 1.0 / float(times.mean()), m, f"median {statistics.median(times) * 1e6:.1f} us per call"
     if name == "memmap_prefetch":
-        gen = CL.memmap_prefetch(lay, b, run.seed)
+        gen = classic.memmap_prefetch(lay, b, run.seed)
         try:
             return time_batches(gen, samples=m, warmup_batches=8).samples_per_s, m, ""
         finally:
             gen.close()
     if name == "classic_dl4":
-        return _loader_rate(lambda: DataLoader(CL.MemmapDataset(lay), batch_size=b, shuffle=True, **RECIPE), m,
+        return _loader_rate(lambda: DataLoader(classic.MemmapDataset(lay), batch_size=b, shuffle=True, **RECIPE), m,
                             16), m, ""
     if name in ("classic_dl0", "file_read"):
-        cls = CL.PreadDataset if name == "file_read" else CL.MemmapDataset
+        cls = classic.PreadDataset if name == "file_read" else classic.MemmapDataset
         return _loader_rate(lambda: DataLoader(cls(lay), batch_size=b, shuffle=True), m, 4), m, ""
     return _measure_qlib(name, run)
 
 
-def _measure_qlib(name: str, run: Run) -> tuple[float, int, str]:
+def _measure_qlib(name: str, run: BenchRun) -> tuple[float, int, str]:
     st = run.ds.store
     n_sym = min(QLIB_SYMBOLS, st.n_symbols)
     fidx = [st.fields.index(f) for f in run.fields]
     t0 = time.perf_counter()
-    sampler = CL.qlib_sampler(np.asarray(st.panel[:n_sym][:, :, fidx]), st.dates, st.symbols[:n_sym],
+    sampler = classic.qlib_sampler(np.asarray(st.panel[:n_sym][:, :, fidx]), st.dates, st.symbols[:n_sym],
                               run.fields, run.ds.window, st.dates[run.ds.window - 1])
     setup = f"{n_sym} symbols, set-up {time.perf_counter() - t0:.1f} s"
     m = run.per_sample
@@ -278,5 +278,5 @@ def _measure_qlib(name: str, run: Run) -> tuple[float, int, str]:
     return rate, m, setup
 
 
-__all__ = ["CLASSIC", "LABELS", "PER_SAMPLE", "QLIB_SYMBOLS", "RECIPE", "Run", "VARIANTS", "ceiling", "measure",
+__all__ = ["CLASSIC", "LABELS", "PER_SAMPLE", "QLIB_SYMBOLS", "RECIPE", "BenchRun", "VARIANTS", "ceiling", "measure",
            "memcpy_bandwidth"]

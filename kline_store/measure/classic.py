@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 
-class Layout:
+class WindowFile:
     """Where the windows live in the data file: file, shape, fields, window length, and each window's end cell."""
 
     def __init__(self, data_file: Path, rows: int, capacity: int, n_fields: int, field_idx: list[int],
@@ -47,7 +47,7 @@ class Layout:
 class MemmapDataset(torch.utils.data.Dataset):
     """The classic per-sample Dataset over ``np.memmap`` (opened lazily in each worker)."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: WindowFile) -> None:
         self.layout = layout
         self._mm: np.ndarray | None = None
 
@@ -68,7 +68,7 @@ class MemmapDataset(torch.utils.data.Dataset):
 class PreadDataset(torch.utils.data.Dataset):
     """Per-sample Dataset that reads each window from the file with ``os.pread`` (plain file reading)."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: WindowFile) -> None:
         self.layout = layout
         self._fd: int | None = None
 
@@ -93,7 +93,7 @@ class PreadDataset(torch.utils.data.Dataset):
             os.close(self._fd)  # type: ignore[arg-type]
 
 
-def memmap_prefetch(layout: Layout, batch_size: int, seed: int, depth: int = 4) -> Iterator[torch.Tensor]:
+def memmap_prefetch(layout: WindowFile, batch_size: int, seed: int, depth: int = 4) -> Iterator[torch.Tensor]:
     """Batches stacked from memmap slices in a background thread, ``depth`` batches ahead (endless epochs)."""
     mm = layout.memmap()
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)

@@ -26,12 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from . import windows as W
+from .windows import calendar_valid
 from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
 from .count_cache import (cache_file, cache_key, cached, forget, ignore, overlap, read_arrays, sample_rng,
                           save_arrays, window_days)
-from .pages import Mappings, drop_rows, mapping_base
+from .block_pages import Mappings, drop_rows, mapping_base
 from .segments import SegmentLookup
 from .spec import SamplePlan
 from ..store.universes import Universe
@@ -132,7 +132,7 @@ class BlockIndex:
             step = max(1, (1 << 22) // max(1, n_dates * n_fields))
             for a in range(0, n_sym, step):
                 b = min(n_sym, a + step)
-                valid = W.calendar_valid(panel[a:b], plan, plan.lo, plan.hi)[:, t_lo: t_hi + 1]
+                valid = calendar_valid(panel[a:b], plan, plan.lo, plan.hi)[:, t_lo: t_hi + 1]
                 if member is not None:
                     valid &= member.mask(slice(a, b), t_lo, t_hi + 1)
                 pad = n_seg * seg_bars - span
@@ -265,7 +265,7 @@ class BlockIndex:
         a = self.t_lo + k0 * self.seg_bars
         b = min(self.t_hi + 1, self.t_lo + k1 * self.seg_bars)
         hi = min(b - 1 + plan.horizon, plan.hi)
-        valid = W.calendar_valid(panel[s: s + 1], plan, max(a, plan.lo), hi)[0]
+        valid = calendar_valid(panel[s: s + 1], plan, max(a, plan.lo), hi)[0]
         if member is not None:
             valid[a:b] &= member.mask(slice(s, s + 1), a, b)[0]
         out = {}

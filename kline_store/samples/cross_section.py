@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import windows as W
+from . import windows
 from .day_blocks import DayBlocks, DayBlockSource, build_day_blocks, choose_day_index
 from ..feed.collate import GatheredBatch
 from .dataset import KlineDataset, position
@@ -91,7 +91,7 @@ class CrossSectionDataset(DayBlockSource, torch.utils.data.Dataset):
 
     def _make_table(self) -> None:
         st = self.windows.store
-        days, offsets, order = W.by_day(self.windows.valid_index(), st.n_symbols, st.n_dates)
+        days, offsets, order = windows.by_day(self.windows.valid_index(), st.n_symbols, st.n_dates)
         keep = np.diff(offsets) >= self.min_count
         if not keep.all():
             counts = np.diff(offsets)[keep]

@@ -31,13 +31,13 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from . import coverage, windows as W
+from . import coverage, windows
 from .blocks import BlockIndex, BlockSource, attach_store, build_blocks, choose_index
 from ..feed.collate import GatheredBatch
 from .ranges import DateLike
 from ..errors import InputError, KlineStoreError, StoreError
 from .gather import Batch, Gatherer, resident_gather, sample_layout
-from .pages import read_rows, release_rows
+from .block_pages import read_rows, release_rows
 from ..feed.loader import KlineLoader
 from ..feed.options import LoaderOptions
 from ..feed.shm import WorkerRing
@@ -184,7 +184,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
 
     def _full_valid(self) -> tuple[np.ndarray, np.ndarray | None]:
         """The full valid-window index (and bar table) of ``symbols=`` and ``universe=``."""
-        valid, bars = W.valid_index(self.store.panel, self.plan)
+        valid, bars = windows.valid_index(self.store.panel, self.plan)
         if self.spec.symbols is not None:
             valid = valid[np.isin(valid // self.store.n_dates, self._symbol_rows())]
         if self.member is not None:         # on member days only: the same samples, fewer of them
@@ -316,13 +316,13 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
 
     def locate(self, indices: np.ndarray | Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """Sample positions -> ``(symbol, t)`` int64 arrays."""
-        return W.decode(self._index()[np.asarray(indices, dtype=np.int64)], self.store.n_dates)
+        return windows.decode(self._index()[np.asarray(indices, dtype=np.int64)], self.store.n_dates)
 
     def label_days(self, indices: np.ndarray | Sequence[int]) -> np.ndarray:
         """Calendar index of each sample's label day."""
         flat = self._index()[np.asarray(indices, dtype=np.int64)]
         if self._bars is not None:
-            return W.symbol_label_day(flat, self._bars, self.horizon) % self.store.n_dates
+            return windows.symbol_label_day(flat, self._bars, self.horizon) % self.store.n_dates
         return flat % self.store.n_dates + self.horizon
 
     def day_span(self) -> tuple[int, int]:
@@ -364,7 +364,7 @@ class KlineDataset(BlockSource, torch.utils.data.Dataset):
 
     def gather_flat(self, flat: np.ndarray, out: Batch | None = None) -> Batch:
         """Batch for flat cell indices (``symbol * n_dates + t``) of valid windows."""
-        s, t = W.decode(flat, self.store.n_dates)
+        s, t = windows.decode(flat, self.store.n_dates)
         return self._cpu_gatherer().gather(s, t, out)
 
     def gather_batch(self, indices: np.ndarray | Sequence[int] | torch.Tensor, out: Batch | None = None) -> Batch:

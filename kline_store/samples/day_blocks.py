@@ -23,14 +23,14 @@ from typing import Any
 
 import numpy as np
 
-from . import windows as W
+from .windows import calendar_valid
 from ..errors import InputError, StoreError
 from ..feed.source import MAX_BLOCK_BYTES
 from ..memory import Available, available, gib
 from .blocks import FULL_INDEX_FRACTION, page_dropper, universe_key, window_bounds
 from .count_cache import (cache_file, cache_key, cached, forget, ignore, read_arrays, sample_rng, save_arrays,
                           window_days)
-from .pages import Mappings, mapping_base
+from .block_pages import Mappings, mapping_base
 from .spec import SamplePlan
 from ..store.universes import Universe
 
@@ -124,7 +124,7 @@ class DayBlocks:
             part = which[i: i + step]
             a, b = int(part[0]), int(part[-1]) + 1
             whole = b - a == len(part)              # consecutive rows: a view, else a copy of these rows only
-            valid = W.calendar_valid(panel[a:b] if whole else panel[part], plan, plan.lo, plan.hi)
+            valid = calendar_valid(panel[a:b] if whole else panel[part], plan, plan.lo, plan.hi)
             if member is not None:
                 valid &= member.mask(part, 0, n_dates)
             per_day += valid.sum(axis=0)
@@ -224,7 +224,7 @@ class DayBlocks:
         w, h = plan.window, plan.horizon
         d0, d1 = a - (w - 1), min(b + h, self.n_dates)       # the segments' days with their halo
         part = panel[:, d0:d1] if self.rows is None else panel[self.rows, d0:d1]
-        valid = W.calendar_valid(part, plan, w - 1, min(b - 1 + h, plan.hi) - d0)[:, w - 1: w - 1 + (b - a)]
+        valid = calendar_valid(part, plan, w - 1, min(b - 1 + h, plan.hi) - d0)[:, w - 1: w - 1 + (b - a)]
         if member is not None:
             valid &= member.mask(self.rows, a, b)
         item = valid.sum(axis=0) >= self.min_count

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import transforms as T
+from . import transforms
 from .spec import SamplePlan
 
 Batch = dict[str, torch.Tensor]
@@ -201,14 +201,14 @@ class Gatherer:
         af_t = None
         if p.adjust != "none":
             assert p.adj is not None
-            af_t = T.adjust_(x, self._gather_x(start, rows, p.adj, 1, None)[:, :, 0], p)
-        obs = T.forward_fill_(x) if p.missing == "ffill" else None
-        y = T.labels(vals, p, af_t)
+            af_t = transforms.adjust_(x, self._gather_x(start, rows, p.adj, 1, None)[:, :, 0], p)
+        obs = transforms.forward_fill_(x) if p.missing == "ffill" else None
+        y = transforms.labels(vals, p, af_t)
         if normalize and p.normalize == "window":
-            T.normalize_window_(x, torch.as_tensor(vals[0], device=self.device), af_t, p)
+            transforms.normalize_window_(x, torch.as_tensor(vals[0], device=self.device), af_t, p)
         elif normalize and p.normalize == "zscore":
             assert self.stats is not None
-            T.zscore_(x, *self.stats)
+            transforms.zscore_(x, *self.stats)
         if out is None:
             res = {"x": x, "y": torch.as_tensor(y), "symbol": torch.as_tensor(sym), "t": torch.as_tensor(t)}
             if obs is not None:
@@ -253,7 +253,7 @@ class Gatherer:
             y = np.float32(np.log(c1 / c0) if p.label_kind == "log_return" else c1 / c0 - 1.0)
         if p.normalize == "zscore":
             assert self.stats is not None
-            T.zscore_(x, *self.stats)
+            transforms.zscore_(x, *self.stats)
         return {"x": x, "y": torch.from_numpy(np.array(y)), "symbol": int(s), "t": int(t)}
 
 

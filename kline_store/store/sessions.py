@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import polars as pl
 
-from . import timeaxis as TA
+from . import timeaxis
 from ..errors import InputError
 
 TEMPLATES: dict[str, tuple[tuple[str, str], ...]] = {
@@ -35,7 +35,7 @@ def _clock(text: str, where: str) -> int:
         value = int(hh) * 60 + int(mm)
     except ValueError:
         raise InputError(f"{where}: {text!r} is not a time of day HH:MM") from None
-    if not 0 <= value <= TA.MINUTES_PER_DAY:
+    if not 0 <= value <= timeaxis.MINUTES_PER_DAY:
         raise InputError(f"{where}: {text!r} is not a time of day HH:MM")
     return value
 
@@ -50,7 +50,7 @@ class Sessions:
 
     def day_stamps(self, freq: str) -> np.ndarray:
         """Minutes of the day of every bar of ``freq`` in the sessions (int64, increasing)."""
-        step = TA.minutes(freq)
+        step = timeaxis.minutes(freq)
         out = []
         for open_, close in self.intervals:
             if (close - open_) % step:
@@ -116,7 +116,7 @@ def calendar(minute_keys: np.ndarray, sessions: Sessions, freq: str) -> np.ndarr
         return keys
     days = np.unique(trading_day(keys, sessions.stamp == "end"))
     day_stamps = sessions.day_stamps(freq)
-    cal = (days[:, None] * TA.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
+    cal = (days[:, None] * timeaxis.MINUTES_PER_DAY + day_stamps[None, :]).reshape(-1)
     return cal[cal <= keys.max()]
 
 
@@ -129,7 +129,7 @@ def trading_day(minute_keys: np.ndarray, end_stamped: bool = False) -> np.ndarra
     """The date (days since 1970) each bar belongs to. A bar stamped with its end at midnight (24:00, the last
     bar of a 24-hour session) belongs to the day it ends, not to the next."""
     k = np.asarray(minute_keys, dtype=np.int64)
-    return (k - 1) // TA.MINUTES_PER_DAY if end_stamped else k // TA.MINUTES_PER_DAY
+    return (k - 1) // timeaxis.MINUTES_PER_DAY if end_stamped else k // timeaxis.MINUTES_PER_DAY
 
 
 def session_ids(minute_keys: np.ndarray, freq: str, end_stamped: bool = False) -> np.ndarray:
@@ -140,5 +140,5 @@ def session_ids(minute_keys: np.ndarray, freq: str, end_stamped: bool = False) -
         return np.zeros(0, dtype=np.int64)
     day = trading_day(k, end_stamped)
     new = np.ones(len(k), dtype=bool)
-    new[1:] = (np.diff(k) > TA.minutes(freq) + BREAK_MINUTES) | (day[1:] != day[:-1])
+    new[1:] = (np.diff(k) > timeaxis.minutes(freq) + BREAK_MINUTES) | (day[1:] != day[:-1])
     return np.cumsum(new) - 1

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import frames, lock, manifest as mf, safefs, timeaxis as TA
+from . import to_frames, lock, manifest as mf, safefs, timeaxis
 from .universes import Universe, names as universe_names
 from ..errors import InputError, StoreError
 from ..progress import track
@@ -38,9 +38,9 @@ class Store:
         self.version: int = m["version"]
         self.symbols: list[str] = list(m["symbols"])
         self.fields: list[str] = list(m["fields"])
-        self.freq: str = m.get("freq", TA.DAILY)   # "1d", or the bar size of an intraday store ("1min")
+        self.freq: str = m.get("freq", timeaxis.DAILY)   # "1d", or the bar size of an intraday store ("1min")
         self.bar: str = m.get("bar") or self.freq    # how long a bar is: "1w"/"1mo" on a daily axis, else freq
-        self.dates: np.ndarray = np.array(m["calendar"], dtype=f"datetime64[{TA.unit(self.freq)}]")
+        self.dates: np.ndarray = np.array(m["calendar"], dtype=f"datetime64[{timeaxis.unit(self.freq)}]")
         shape = m["shape"]
         self.n_symbols, self.n_dates, self.n_fields = shape["n_symbols"], shape["n_dates"], shape["n_fields"]
         self.date_capacity: int = shape["date_capacity"]
@@ -145,11 +145,11 @@ class Store:
         """The trading day of each calendar entry (days since 1970): the date, or for an intraday bar the day it
         belongs to (a bar stamped 24:00 with its end belongs to the day it ends)."""
         keys = self.dates.astype(np.int64)
-        if self.freq == TA.DAILY:
+        if self.freq == timeaxis.DAILY:
             return keys
         # sessions.trading_day's rule (that module reads session files with polars: not imported by readers)
         end = (self.manifest.get("sessions") or {}).get("stamp") == "end"
-        return (keys - 1) // TA.MINUTES_PER_DAY if end else keys // TA.MINUTES_PER_DAY
+        return (keys - 1) // timeaxis.MINUTES_PER_DAY if end else keys // timeaxis.MINUTES_PER_DAY
 
     def symbol_summary(self) -> list[dict]:
         """Per symbol: its first and last bar (ISO text, None without bars) and its number of bars."""
@@ -157,7 +157,7 @@ class Store:
         step = max(1, (64 << 20) // max(1, self.n_dates * self.n_fields * 4))
         for lo in range(0, self.n_symbols, step):
             counts[lo: lo + step] = np.isfinite(self.panel[lo: lo + step]).any(axis=2).sum(axis=1)
-        iso = TA.iso(self.dates)
+        iso = timeaxis.iso(self.dates)
         return [{"symbol": s, "first": iso[f] if f >= 0 else None, "last": iso[la] if la >= 0 else None,
                  "bars": int(c)} for s, f, la, c in zip(self.symbols, self.first_bar, self.last_bar, counts)]
 
@@ -167,13 +167,13 @@ class Store:
         or ``time``, fields), sorted by symbol and date; ``wide=True``: one field as date x symbol. ``start`` and
         ``end`` take partial dates as pandas does (``end="2012"`` is the last bar of 2012). Every value is on the
         row of the day it describes (a features store's label too); ``universe``: only its members' rows on their
-        member days (wide: NaN elsewhere). See store/frames.py."""
-        return frames.to_polars(self, symbols, start, end, fields, wide, universe)
+        member days (wide: NaN elsewhere). See store/to_frames.py."""
+        return to_frames.to_polars(self, symbols, start, end, fields, wide, universe)
 
     def to_pandas(self, symbols: Sequence[str] | str | None = None, start: object = None, end: object = None,
                   fields: Sequence[str] | str | None = None, wide: bool = False, universe: str | None = None):
         """As :meth:`to_polars`, a pandas DataFrame (``wide=True``: indexed by date, one column per symbol)."""
-        return frames.to_pandas(self, symbols, start, end, fields, wide, universe)
+        return to_frames.to_pandas(self, symbols, start, end, fields, wide, universe)
 
     @property
     def logical_bytes(self) -> int:

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from . import identity, manifest as mf, safefs, timeaxis as TA
+from . import identity, manifest as mf, safefs, timeaxis
 from ..errors import StoreError
 from .generation import NewGeneration, crashpoint, next_numbers, tail_append, tail_ranges
 
@@ -30,8 +30,8 @@ from .generation import NewGeneration, crashpoint, next_numbers, tail_append, ta
 def build_manifest(*, version: int, data: dict, symbols: Sequence[str], dates: np.ndarray, fields: Sequence[str],
                    capacity: int, first_bar: np.ndarray, last_bar: np.ndarray, n_bars: int,
                    sources: Iterable[dict] = (), created_at: str | None = None, extra: dict | None = None) -> dict:
-    freq = (extra or {}).get("freq", TA.DAILY)
-    dates_iso = TA.iso(np.asarray(dates).astype(f"datetime64[{TA.unit(freq)}]"))
+    freq = (extra or {}).get("freq", timeaxis.DAILY)
+    dates_iso = timeaxis.iso(np.asarray(dates).astype(f"datetime64[{timeaxis.unit(freq)}]"))
     m = {
         "format": mf.FORMAT, "format_version": mf.FORMAT_VERSION, "version": version,
         "created_at": created_at or mf.now_iso(), "updated_at": mf.now_iso(),

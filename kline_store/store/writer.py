@@ -16,7 +16,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import lock, manifest as mf, safefs, timeaxis as TA
+from . import lock, manifest as mf, safefs, timeaxis
 from ..errors import InputError, StoreError, StoreLockedError
 # NewGeneration, staging_dir and commit are also kept here under their old names (writer.NewGeneration, ...).
 from .generation import NewGeneration, default_capacity, staging_dir  # noqa: F401
@@ -93,7 +93,7 @@ def write_panel(gen, panel: np.ndarray, block_rows: int = 256) -> None:
 
 def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[str], dates: np.ndarray,
                  fields: Sequence[str], *, sources: Iterable[dict] = (), extra: dict | None = None,
-                 capacity: int | None = None, wait: float = 0.0, freq: str = TA.DAILY) -> Path:
+                 capacity: int | None = None, wait: float = 0.0, freq: str = timeaxis.DAILY) -> Path:
     """Write a whole store from an in-memory panel [n_sym, n_dates, n_fields] (tests, small data, Python users).
 
     ``dates`` are the calendar: days for a daily store, bar stamps for an intraday one (``freq`` like "1min").
@@ -102,8 +102,8 @@ def create_store(path: str | os.PathLike, panel: np.ndarray, symbols: Sequence[s
     """
     store_dir = Path(path)
     panel = np.asarray(panel, dtype=np.float32)
-    freq = TA.parse_freq(freq)
-    dates = np.asarray(dates).astype(f"datetime64[{TA.unit(freq)}]")
+    freq = timeaxis.parse_freq(freq)
+    dates = np.asarray(dates).astype(f"datetime64[{timeaxis.unit(freq)}]")
     extra = {"freq": freq, **(extra or {}), mf.STORE_ID_KEY: mf.new_store_id()}   # a whole new store
     if panel.shape != (len(symbols), len(dates), len(fields)):
         raise InputError(f"panel shape {panel.shape} does not match {len(symbols)} symbols x {len(dates)} dates"

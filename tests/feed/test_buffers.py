@@ -70,3 +70,12 @@ def test_recycler_reuses_only_released_buffers():
 
 def test_numpy_dtypes():
     assert numpy_dtype(torch.bool).kind == "b" and numpy_dtype(torch.int64).itemsize == 8
+
+
+def test_the_old_name_of_batch_layout_still_imports_with_a_warning():
+    from kline_store.feed.source import BatchLayout
+    with pytest.warns(DeprecationWarning, match="BatchLayout"):
+        from kline_store.feed.source import Layout
+    with pytest.warns(DeprecationWarning, match="BatchLayout"):
+        from kline_store.feed.buffers import Layout as from_buffers
+    assert Layout is BatchLayout and from_buffers is BatchLayout

@@ -19,7 +19,7 @@ import pytest
 from helpers_dataset_ddp import DAYS
 from helpers_dataset_ref import make_store, random_panel
 
-from kline_store.feed import block_order as B
+from kline_store.feed import block_order
 from kline_store.samples import blocks, day_blocks
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
@@ -155,7 +155,7 @@ def test_two_nodes_block_order_fixed_shares_and_restart(store, tmp_path, monkeyp
         size = {r["state"][kind]["block_bytes"] for r in head + tail}
         assert len(size) == 1                                   # one block size, agreed by the ranks
         counts, seg_bytes = src.block_segments()
-        off = B.offsets(B.group_segments(counts, size.pop() // seg_bytes))
+        off = block_order.offsets(block_order.group_segments(counts, size.pop() // seg_bytes))
         n = len(src)
         shares = []
         for epoch in (0, 1):

@@ -13,7 +13,7 @@ import torch
 from helpers_dataset_ref import make_store, random_panel
 
 from kline_store.feed import device as dv
-from kline_store.feed import chunks, loader as L
+from kline_store.feed import chunks, loader
 from kline_store.feed.buffers import HostRing
 from kline_store.samples.dataset import KlineDataset
 
@@ -103,7 +103,7 @@ def test_pinned_ring_is_freed_for_a_new_pass_after_a_break(small_store, monkeypa
     ld = ds.loader(batch_size=16, num_workers=1, prefetch_factor=2)
     buffers = None
     for _ in range(4):
-        gen = ld._host.threads(L.chunk_plan(ld.index_batches(), 1), ld.gather_fn(), ld.num_workers, pin=True)
+        gen = ld._host.threads(loader.chunk_plan(ld.index_batches(), 1), ld.gather_fn(), ld.num_workers, pin=True)
         chunk, sizes, (ring, k) = next(gen)
         ring.release(k)            # as the CUDA stage does once the copy is queued
         time.sleep(0.1)            # producers fill the prefetch depth, holding slots
@@ -111,7 +111,7 @@ def test_pinned_ring_is_freed_for_a_new_pass_after_a_break(small_store, monkeypa
         ring.release(k)            # a late release of the abandoned pass: must not touch the next pass
         buffers = buffers or ring.buffers
         assert ring.buffers is buffers   # the (pinned) buffers are reused, pass after pass
-    gen = ld._host.threads(L.chunk_plan(ld.index_batches(), 1), ld.gather_fn(), ld.num_workers, pin=True)
+    gen = ld._host.threads(loader.chunk_plan(ld.index_batches(), 1), ld.gather_fn(), ld.num_workers, pin=True)
     got = [slot for (_, _, slot), _ in zip(gen, range(3))]
     assert len(got) == 3 and len({k for _, k in got}) == 3   # a fresh pass gets distinct slots (was a hang)
     gen.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kline_store.feed import placement as P
+from kline_store.feed import placement
 from kline_store.errors import InputError
 
 GB = 1 << 30
@@ -22,21 +22,21 @@ GB = 1 << 30
     ],
 )
 def test_auto_placement_with_cuda(nbytes, free, avail, expect):
-    assert P.choose_placement(nbytes, cuda=True, device_free=free, host_available=avail) == expect
+    assert placement.choose_placement(nbytes, cuda=True, device_free=free, host_available=avail) == expect
 
 
 def test_placement_without_cuda_and_forced():
-    assert P.choose_placement(GB, cuda=False, host_available=64 * GB) == "memmap"   # shared page cache
-    assert P.choose_placement(100 * GB, cuda=True, requested="device", device_free=0) == "device"
-    assert P.choose_placement(1, cuda=False, requested="device") == "device"
-    assert P.choose_placement(1, cuda=True, requested="memmap", device_free=80 * GB) == "memmap"
+    assert placement.choose_placement(GB, cuda=False, host_available=64 * GB) == "memmap"   # shared page cache
+    assert placement.choose_placement(100 * GB, cuda=True, requested="device", device_free=0) == "device"
+    assert placement.choose_placement(1, cuda=False, requested="device") == "device"
+    assert placement.choose_placement(1, cuda=True, requested="memmap", device_free=80 * GB) == "memmap"
     with pytest.raises(InputError, match="pinned"):
-        P.choose_placement(1, cuda=False, requested="pinned")
+        placement.choose_placement(1, cuda=False, requested="pinned")
     with pytest.raises(InputError, match="placement must be one of"):
-        P.choose_placement(1, cuda=True, requested="gpu")
+        placement.choose_placement(1, cuda=True, requested="gpu")
 
 
 def test_memory_probes():
-    assert P.host_available_bytes() > 0
-    assert P.device_free_bytes("cpu") is None
-    assert P.usable_cores() >= 1
+    assert placement.host_available_bytes() > 0
+    assert placement.device_free_bytes("cpu") is None
+    assert placement.usable_cores() >= 1

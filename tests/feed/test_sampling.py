@@ -7,39 +7,39 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kline_store.feed import sampling as S
+from kline_store.feed import sampling
 from kline_store.errors import InputError
 
 
 def test_permutation_depends_on_seed_and_epoch_only():
-    a = S.permutation(1000, 7, 3)
-    assert np.array_equal(a, S.permutation(1000, 7, 3))
+    a = sampling.permutation(1000, 7, 3)
+    assert np.array_equal(a, sampling.permutation(1000, 7, 3))
     assert sorted(a.tolist()) == list(range(1000)) and a.dtype == np.int32   # 4 bytes per window
-    assert S.index_dtype(2**31) == np.int64 and S.index_dtype(2**31 - 1) == np.int32
-    assert not np.array_equal(a, S.permutation(1000, 7, 4))
-    assert not np.array_equal(a, S.permutation(1000, 8, 3))
-    assert np.array_equal(S.epoch_order(5, 1, 2, shuffle=False), np.arange(5))
+    assert sampling.index_dtype(2**31) == np.int64 and sampling.index_dtype(2**31 - 1) == np.int32
+    assert not np.array_equal(a, sampling.permutation(1000, 7, 4))
+    assert not np.array_equal(a, sampling.permutation(1000, 8, 3))
+    assert np.array_equal(sampling.epoch_order(5, 1, 2, shuffle=False), np.arange(5))
 
 
 @settings(max_examples=300, deadline=None)
 @given(n=st.integers(0, 60), world=st.integers(1, 7), seed=st.integers(0, 5), epoch=st.integers(0, 3),
-       tail=st.sampled_from(S.TAILS), shuffle=st.booleans())
+       tail=st.sampled_from(sampling.TAILS), shuffle=st.booleans())
 def test_shards_partition_the_epoch(n, world, seed, epoch, tail, shuffle):
-    shards = [S.rank_indices(n, seed, epoch, r, world, shuffle, tail) for r in range(world)]
-    assert [len(x) for x in shards] == [S.shard_size(n, world, tail, r) for r in range(world)]
+    shards = [sampling.rank_indices(n, seed, epoch, r, world, shuffle, tail) for r in range(world)]
+    assert [len(x) for x in shards] == [sampling.shard_size(n, world, tail, r) for r in range(world)]
     sizes = {len(x) for x in shards}
     allx = np.concatenate(shards) if shards else np.zeros(0, np.int64)
     if tail == "uneven":   # disjoint and covering: each sample once; ranks differ by at most one sample
         assert sorted(allx.tolist()) == list(range(n)) and max(sizes) - min(sizes) <= 1
-        assert all(not S.padded(0, len(x), n, r, world, tail).any() for r, x in enumerate(shards))
+        assert all(not sampling.padded(0, len(x), n, r, world, tail).any() for r, x in enumerate(shards))
         return
-    assert sizes == {S.shard_size(n, world, tail)}  # every rank runs the same number of steps
+    assert sizes == {sampling.shard_size(n, world, tail)}  # every rank runs the same number of steps
     if tail == "pad":      # the samples not marked padded: each exactly once
-        own = [x[~S.padded(0, len(x), n, r, world, tail)] for r, x in enumerate(shards)]
+        own = [x[~sampling.padded(0, len(x), n, r, world, tail)] for r, x in enumerate(shards)]
         assert sorted(np.concatenate(own).tolist()) == list(range(n))
     if tail == "drop":
         assert len(set(allx.tolist())) == len(allx) == (n // world) * world  # disjoint
-        assert set(allx.tolist()) == set(S.epoch_order(n, seed, epoch, shuffle)[: len(allx)].tolist())
+        assert set(allx.tolist()) == set(sampling.epoch_order(n, seed, epoch, shuffle)[: len(allx)].tolist())
     else:
         assert set(allx.tolist()) == set(range(n))  # covering
         counts = np.bincount(allx, minlength=n) if n else np.zeros(0)
@@ -51,17 +51,17 @@ def test_shards_partition_the_epoch(n, world, seed, epoch, tail, shuffle):
 @given(n=st.integers(0, 50), bs=st.integers(1, 9), drop_last=st.booleans(), data=st.data())
 def test_batches_resume_from_any_position(n, bs, drop_last, data):
     idx = np.arange(100, 100 + n)
-    full = list(S.batches(idx, bs, drop_last))
-    assert len(full) == S.n_batches(n, bs, drop_last)
+    full = list(sampling.batches(idx, bs, drop_last))
+    assert len(full) == sampling.n_batches(n, bs, drop_last)
     assert all(len(b) == bs for b in full[:-1])
     flat = np.concatenate(full) if full else np.zeros(0, np.int64)
     assert np.array_equal(flat, idx[: len(flat)]) and (drop_last or len(flat) == n)
     k = data.draw(st.integers(0, len(full)))
-    rest = list(S.batches(idx, bs, drop_last, position=k * bs))
+    rest = list(sampling.batches(idx, bs, drop_last, position=k * bs))
     assert len(rest) == len(full) - k and all(np.array_equal(a, b) for a, b in zip(rest, full[k:]))
 
 
-def _drain(eb: S.EpochBatches) -> list[np.ndarray]:
+def _drain(eb: sampling.EpochBatches) -> list[np.ndarray]:
     out = []
     for b in eb:
         out.append(b)
@@ -70,14 +70,14 @@ def _drain(eb: S.EpochBatches) -> list[np.ndarray]:
 
 
 def test_epoch_batches_state_and_rollover():
-    eb = S.EpochBatches(23, 5, shuffle=True, seed=4)
+    eb = sampling.EpochBatches(23, 5, shuffle=True, seed=4)
     assert len(eb) == 5 and eb.remaining() == 5
     first = list(eb)  # iterating does not advance
     assert eb.position == 0 and len(first) == 5
     eb.advance(10)
     state = eb.state_dict()
     assert state["epoch"] == 0 and state["position"] == 10 and state["seed"] == 4
-    again = S.EpochBatches(23, 5, shuffle=True, seed=4)
+    again = sampling.EpochBatches(23, 5, shuffle=True, seed=4)
     again.load_state_dict(state)
     rest = _drain(again)
     assert all(np.array_equal(a, b) for a, b in zip(rest, first[2:])) and len(rest) == 3
@@ -91,13 +91,13 @@ def test_epoch_batches_state_and_rollover():
     again.set_epoch(3)
     assert (again.epoch, again.position) == (3, 0)
     # a different batch size resumes at the same sample
-    eb2 = S.EpochBatches(23, 4, shuffle=True, seed=4)
+    eb2 = sampling.EpochBatches(23, 4, shuffle=True, seed=4)
     eb2.load_state_dict(state)
     assert np.array_equal(np.concatenate(list(eb2)), np.concatenate(first)[10:])
 
 
 def test_epoch_batches_reject_a_foreign_state():
-    eb = S.EpochBatches(10, 3, seed=1, rank=0, world_size=2)
+    eb = sampling.EpochBatches(10, 3, seed=1, rank=0, world_size=2)
     for key, value in [("n", 11), ("seed", 2), ("world_size", 1), ("shuffle", False), ("tail", "drop")]:
         with pytest.raises(InputError, match=key):
             eb.load_state_dict({**eb.state_dict(), key: value})
@@ -111,7 +111,7 @@ def test_epoch_batches_reject_a_foreign_state():
                                        ("position", "3"), ("epoch", None), ("epoch", 1.5), ("position", True)])
 def test_odd_values_in_a_state_are_one_line(key, value):
     """Issue 19: epoch -1 or NaN raised raw numpy errors."""
-    eb = S.EpochBatches(10, 3, seed=1)
+    eb = sampling.EpochBatches(10, 3, seed=1)
     with pytest.raises(InputError, match=rf"loader state has {key}=.*expected a whole number >= 0"):
         eb.load_state_dict({**eb.state_dict(), key: value})
     eb.load_state_dict({**eb.state_dict(), "epoch": np.int64(2), "position": 3.0})   # numbers as saved
@@ -124,12 +124,12 @@ def test_epoch_batches_bad_arguments(kwargs):
     args = dict(n=10, batch_size=2)
     args.update(kwargs)
     with pytest.raises(InputError):
-        S.EpochBatches(**args)
+        sampling.EpochBatches(**args)
 
 
 def test_ranks_cover_the_epoch_with_drop_last_batches():
     world, n, bs = 3, 50, 4
-    ranks = [S.EpochBatches(n, bs, seed=9, drop_last=True, rank=r, world_size=world) for r in range(world)]
+    ranks = [sampling.EpochBatches(n, bs, seed=9, drop_last=True, rank=r, world_size=world) for r in range(world)]
     got = [np.concatenate(list(eb)) for eb in ranks]
     assert {len(g) for g in got} == {16} and {len(eb) for eb in ranks} == {4}
     assert len(set(np.concatenate(got).tolist())) == 48
@@ -141,10 +141,10 @@ def test_both_orders_share_one_resumable_state(order):
     epoch roll-over, the same checks of a state given back."""
     from kline_store.feed.block_feed import BlockBatches
 
-    make = (lambda: S.EpochBatches(50, 8, True, 3)) if order == "uniform" else \
+    make = (lambda: sampling.EpochBatches(50, 8, True, 3)) if order == "uniform" else \
         (lambda: BlockBatches(np.full(5, 10), 8, True, 3, pool=2, lifetime=2))
     s = make()
-    assert isinstance(s, S.ResumableOrder) and s.order == order and s.residency is None
+    assert isinstance(s, sampling.ResumableOrder) and s.order == order and s.residency is None
     shared = ["epoch", "seed", "position", "n", "shuffle", "rank", "world_size", "tail", "batch_size", "drop_last"]
     assert list(s.state_dict())[:len(shared)] == shared
     s.advance(16)

@@ -5,31 +5,31 @@ import polars as pl
 import pytest
 
 from conftest import write
-from kline_store.ingest import adjust as A
+from kline_store.ingest import adjust
 from kline_store import ingest, open_store
 
 
 def test_store_fields_and_factor_source():
-    assert A.store_fields(["close", "open", "volume"]) == ["open", "close", "volume"]
-    assert A.store_fields(["close", "adj_close"]) == ["close", "adj_close", "adj_factor"]       # Yahoo
-    assert A.store_fields(["close", "split", "dividend"]) == ["close", "split", "dividend", "adj_factor"]
-    assert A.store_fields(["adj_factor", "close", "pre_close"]) == ["close", "pre_close", "adj_factor"]
-    assert A.factor_source(["close"]) is None
-    assert A.factor_source(["close", "adj_factor"]) == A.INPUT
-    assert A.factor_source(["close", "split_ratio", "ex_dividend", "adj_factor"]) == A.EVENTS
+    assert adjust.store_fields(["close", "open", "volume"]) == ["open", "close", "volume"]
+    assert adjust.store_fields(["close", "adj_close"]) == ["close", "adj_close", "adj_factor"]       # Yahoo
+    assert adjust.store_fields(["close", "split", "dividend"]) == ["close", "split", "dividend", "adj_factor"]
+    assert adjust.store_fields(["adj_factor", "close", "pre_close"]) == ["close", "pre_close", "adj_factor"]
+    assert adjust.factor_source(["close"]) is None
+    assert adjust.factor_source(["close", "adj_factor"]) == adjust.INPUT
+    assert adjust.factor_source(["close", "split_ratio", "ex_dividend", "adj_factor"]) == adjust.EVENTS
 
 
 def test_source_after_append():
-    assert A.source_after_append(None, ["close"], ["close", "adj_factor"]) == (["adj_factor"], A.INPUT)
-    assert A.source_after_append(None, ["close"], ["close", "split"]) == (["split", "adj_factor"], A.EVENTS)
-    assert A.source_after_append(A.EVENTS, ["close", "split", "adj_factor"], ["close", "split"]) == ([], A.EVENTS)
+    assert adjust.source_after_append(None, ["close"], ["close", "adj_factor"]) == (["adj_factor"], adjust.INPUT)
+    assert adjust.source_after_append(None, ["close"], ["close", "split"]) == (["split", "adj_factor"], adjust.EVENTS)
+    assert adjust.source_after_append(adjust.EVENTS, ["close", "split", "adj_factor"], ["close", "split"]) == ([], adjust.EVENTS)
 
 
 def test_event_factor_of_a_split_and_a_dividend():
     close = np.array([[70.0, 71.0, 10.2, 10.0, 9.0]])
     split = np.array([[np.nan, np.nan, 7.0, 1.0, -2.0]])            # -2: bad data, ignored
     div = np.array([[0.0, 0.0, 0.0, 0.0, 1.0]])
-    f = A.cumulative_factor(A.event_ratios(close, split, div), np.isfinite(close))
+    f = adjust.cumulative_factor(adjust.event_ratios(close, split, div), np.isfinite(close))
     assert f[0].tolist() == pytest.approx([1, 1, 7, 7, 7 * 10 / 9])
 
 
@@ -37,24 +37,24 @@ def test_continuing_from_a_state_gives_the_bits_of_the_whole_history():
     rng = np.random.default_rng(0)
     ratio = 1 + rng.random((3, 50)) / 10
     present = rng.random((3, 50)) > 0.2
-    whole = A.cumulative_factor(ratio, present)
-    head = A.cumulative_factor(ratio[:, :30], present[:, :30])
-    tail = A.cumulative_factor(ratio[:, 30:], present[:, 30:], start=np.cumprod(ratio[:, :30], axis=1)[:, -1])
+    whole = adjust.cumulative_factor(ratio, present)
+    head = adjust.cumulative_factor(ratio[:, :30], present[:, :30])
+    tail = adjust.cumulative_factor(ratio[:, 30:], present[:, 30:], start=np.cumprod(ratio[:, :30], axis=1)[:, -1])
     assert np.array_equal(np.concatenate([head, tail], axis=1), whole, equal_nan=True)
 
 
 def test_rebase_to_the_first_bar():
     f = np.array([[np.nan, 4.0, 8.0], [np.nan, np.nan, np.nan]])
-    assert A.rebase(f).tolist()[0] == 4.0 and f[0, 1:].tolist() == [1.0, 2.0] and np.isnan(f[1]).all()
+    assert adjust.rebase(f).tolist()[0] == 4.0 and f[0, 1:].tolist() == [1.0, 2.0] and np.isnan(f[1]).all()
 
 
 def test_bad_adjustment_data_is_flagged_and_never_a_factor():
     df = pl.DataFrame({"close": [10.0, 10.0, 10.0, 10.0], "adj_close": [8.0, -1.0, 0.0, 9.0],
                        "split": [1.0, 1.0, 1.0, -7.0]})
-    lf, fields = A.with_input_factor(df.lazy(), ["close", "adj_close", "split"])
+    lf, fields = adjust.with_input_factor(df.lazy(), ["close", "adj_close", "split"])
     out = lf.collect()
-    assert out.select(A.bad_data(fields).alias("bad"))["bad"].to_list() == [False, True, True, True]
-    assert A.clean(out)["adj_factor"].to_list() == [0.8, None, None, 0.9]
+    assert out.select(adjust.bad_data(fields).alias("bad"))["bad"].to_list() == [False, True, True, True]
+    assert adjust.clean(out)["adj_factor"].to_list() == [0.8, None, None, 0.9]
 
 
 def test_a_placeholder_adj_close_is_reported_and_left_without_factor(real, tmp_path):
@@ -90,5 +90,5 @@ def test_a_factor_outside_any_price_scale_is_not_stored():
     panel[0, :, 0] = 1.5                                   # close
     panel[0, :, 1] = [1.0, 1e6, 1e6]                       # split ratios at the top of their range
     fields = ["close", "split", "adj_factor"]
-    A.fill_event_factor(panel, fields, start=np.array([1e25]))
+    adjust.fill_event_factor(panel, fields, start=np.array([1e25]))
     assert np.isfinite(panel[0, 0, 2]) and np.isnan(panel[0, 1:, 2]).all()   # 1e31, 1e37: beyond FACTOR_RANGE

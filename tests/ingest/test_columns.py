@@ -1,6 +1,6 @@
 import pytest
 
-from kline_store.ingest import columns as C
+from kline_store.ingest import columns
 from kline_store.errors import InputError
 
 
@@ -17,39 +17,39 @@ from kline_store.errors import InputError
     (["day", "OPEN", "CLOSE"], {"day": "date", "OPEN": "open", "CLOSE": "close"}),
 ])
 def test_vendor_conventions(header, expect):
-    got = C.resolve_columns(header)
+    got = columns.resolve_columns(header)
     for src, dst in expect.items():
         assert got[src] == dst
 
 
 def test_pandas_index_column_is_ignored_and_first_alias_wins():
-    got = C.resolve_columns(["Unnamed: 0", "ts_code", "code", "date", "close"])
+    got = columns.resolve_columns(["Unnamed: 0", "ts_code", "code", "date", "close"])
     assert "Unnamed: 0" not in got
     assert got["ts_code"] == "symbol" and "code" not in got
     # a row number (czsc's minute files: symbol,id,dt,...) is no field; --map keeps it when asked
-    assert "id" not in C.resolve_columns(["symbol", "id", "dt", "close"])
-    assert C.resolve_columns(["symbol", "id", "dt", "close"], {"id": "id"})["id"] == "id"
+    assert "id" not in columns.resolve_columns(["symbol", "id", "dt", "close"])
+    assert columns.resolve_columns(["symbol", "id", "dt", "close"], {"id": "id"})["id"] == "id"
 
 
 def test_user_map_wins_over_an_earlier_column_of_that_field():
     """--map 'Adj Close=close' once lost to the 'Close' column before it: close kept the unadjusted price."""
-    got = C.resolve_columns(["Date", "Close", "Adj Close"], {"Adj Close": "close"})
+    got = columns.resolve_columns(["Date", "Close", "Adj Close"], {"Adj Close": "close"})
     assert got == {"Date": "date", "Adj Close": "close"}
     with pytest.raises(InputError, match="columns 'a' and 'b' both map to 'close'"):
-        C.resolve_columns(["date", "a", "b"], {"a": "close", "b": "close"})
+        columns.resolve_columns(["date", "a", "b"], {"a": "close", "b": "close"})
 
 
 def test_user_map_wins_over_aliases():
-    got = C.resolve_columns(["Trade Day", "px", "close"], {"Trade Day": "date", "px": "close", "close": "prev"})
+    got = columns.resolve_columns(["Trade Day", "px", "close"], {"Trade Day": "date", "px": "close", "close": "prev"})
     assert got == {"Trade Day": "date", "px": "close", "close": "prev"}
 
 
 def test_parse_mapping():
-    assert C.parse_mapping(["Trade Day=date", "Px=Close"]) == {"Trade Day": "date", "Px": "close"}
+    assert columns.parse_mapping(["Trade Day=date", "Px=Close"]) == {"Trade Day": "date", "Px": "close"}
     with pytest.raises(InputError, match="SOURCE=FIELD"):
-        C.parse_mapping(["nonsense"])
+        columns.parse_mapping(["nonsense"])
 
 
 def test_missing_message_lists_found_and_accepted():
-    msg = C.describe_missing("close", ["a", "b"], "f.csv")
+    msg = columns.describe_missing("close", ["a", "b"], "f.csv")
     assert "f.csv" in msg and "a, b" in msg and "收盘" in msg and "--map" in msg

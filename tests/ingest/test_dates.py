@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kline_store.ingest import columns as C, dates as D
+from kline_store.ingest import columns, dates
 from kline_store.ingest.dates import parse_dates, parse_days
 from kline_store.errors import InputError
 
@@ -133,14 +133,14 @@ def test_mixed_utc_offsets_are_refused_or_converted_to_the_exchange_clock():
     with pytest.raises(InputError, match=r"different UTC offsets in column 'd': '2020-07-01T09:31:00\+08:00' \(line 2\)"
                                          r" and '2020-07-01T01:32:00Z' \(line 3\); pass --timezone"):
         parse(cells, fn=parse_dates)
-    with D.exchange_zone("Asia/Shanghai"):
+    with dates.exchange_zone("Asia/Shanghai"):
         got = [str(x) for x in parse(cells, fn=parse_dates)]
     assert got == ["2020-07-01 09:31:00", "2020-07-01 09:32:00", "2020-07-01 09:33:00"]
     aware = pl.Series("d", [0, 60_000], dtype=pl.Datetime("ms", "UTC"))   # a zone-aware Parquet column
-    with D.exchange_zone("Asia/Shanghai"):
+    with dates.exchange_zone("Asia/Shanghai"):
         assert str(parse(aware, fn=parse_dates)[1]) == "1970-01-01 08:01:00"
     with pytest.raises(InputError, match="--timezone 'Mars/Base'"):
-        with D.exchange_zone("Mars/Base"):
+        with dates.exchange_zone("Mars/Base"):
             pass
 
 
@@ -154,7 +154,7 @@ def stamps(draw):
     # up to 2099: converted to an exchange's zone, offset stamps after 2099 lose daylight saving (docs/limits.md)
     moments = draw(st.lists(st.datetimes(min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(2099, 12, 31)),
                             min_size=1, max_size=5))
-    fmt = draw(st.sampled_from(C.DATE_FORMATS))
+    fmt = draw(st.sampled_from(columns.DATE_FORMATS))
     clock = draw(st.sampled_from(CLOCKS))
     if fmt == "%Y%m%d":   # digits only: YYYYMMDDHHMM is its own form
         clock = ""
@@ -168,7 +168,7 @@ def stamps(draw):
 @given(stamps(), st.sampled_from([None, "Asia/Shanghai", "America/New_York"]))
 def test_every_pattern_agrees_with_pandas(case, tz):
     cells, zone = case
-    with D.exchange_zone(tz):
+    with dates.exchange_zone(tz):
         ours = [str(x) for x in parse(cells, fn=parse_dates)]
     theirs = []
     for c in cells:

@@ -18,7 +18,7 @@ from kline_store.errors import InputError
 
 xc = pytest.importorskip("exchange_calendars")
 
-from kline_store.ingest import exchanges as XC  # noqa: E402
+from kline_store.ingest import exchanges  # noqa: E402
 
 
 def _day(s: str) -> int:
@@ -48,10 +48,10 @@ def _digest(folder) -> str:
 
 
 def test_xshg_bound_is_the_installed_librarys():
-    lo, hi = XC.covered("XSHG")
+    lo, hi = exchanges.covered("XSHG")
     if xc.__version__ == "4.13.2":
         assert (_show(lo), _show(hi)) == ("1990-12-03", "2026-12-31")
-    assert XC.covered("XNYS") == (None, None)     # holidays by rule: no bound
+    assert exchanges.covered("XNYS") == (None, None)     # holidays by rule: no bound
 
 
 def test_xshg_store_takes_the_next_sessions_by_a_plain_append(tmp_path):
@@ -73,9 +73,9 @@ def test_xshg_store_takes_the_next_sessions_by_a_plain_append(tmp_path):
 
 
 def test_at_the_xshg_bound_one_line_then_the_ways_out(tmp_path):
-    _, hi = XC.covered("XSHG")
+    _, hi = exchanges.covered("XSHG")
     last = _sessions("XSHG", _show(hi - 10), _show(hi))
-    nxt = [_show(d) for d in XC.weekdays("XSHG", hi + 1, hi + 8)][:2]     # no holidays known for these yet
+    nxt = [_show(d) for d in exchanges.weekdays("XSHG", hi + 1, hi + 8)][:2]     # no holidays known for these yet
     store = tmp_path / "s"
     ingest([_csv(tmp_path / "a.csv", last[:-1])], store, calendar="XSHG", symbol="A")
     append(store, [_csv(tmp_path / "b.csv", last[-1:])], symbol="A")     # the bound itself: a plain append
@@ -104,7 +104,7 @@ def test_at_the_xshg_bound_one_line_then_the_ways_out(tmp_path):
     assert m["assumed_weekdays"]["after"] == _show(hi) and m["assumed_weekdays"]["through"] == nxt[1]
     assert f"calendar XSHG (exchange_calendars), weekdays assumed {_show(hi)} < date <= {nxt[1]}" in \
         run_cli("info", str(store)).stdout
-    third = _show(XC.weekdays("XSHG", _day(nxt[1]) + 1, _day(nxt[1]) + 7)[0])
+    third = _show(exchanges.weekdays("XSHG", _day(nxt[1]) + 1, _day(nxt[1]) + 7)[0])
     append(store, [_csv(tmp_path / "e.csv", [third], 70)], symbol="A")
     st = open_store(store)
     assert str(st.dates[-1]) == third and st.manifest["assumed_weekdays"]["through"] == third
@@ -153,9 +153,9 @@ XSHG_DAY = ((570, 690), (780, 900))    # 09:30-11:30, 13:00-15:00, end-stamped m
 
 
 def test_sessions_store_at_the_xshg_bound(tmp_path):
-    _, hi = XC.covered("XSHG")
+    _, hi = exchanges.covered("XSHG")
     last = _sessions("XSHG", _show(hi - 10), _show(hi))[-1]
-    nxt = _show(XC.weekdays("XSHG", hi + 1, hi + 8)[0])
+    nxt = _show(exchanges.weekdays("XSHG", hi + 1, hi + 8)[0])
     a = write(tmp_path / "a.csv", "datetime,close\n" + "".join(f"{t},1\n" for t in _minutes(last, XSHG_DAY)))
     b = write(tmp_path / "b.csv", "datetime,close\n" + "".join(f"{t},2\n" for t in _minutes(nxt, XSHG_DAY)))
     ingest([a], tmp_path / "s", sessions="XSHG", symbol="A")

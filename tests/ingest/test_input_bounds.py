@@ -20,7 +20,7 @@ import pytest
 from conftest import write
 from kline_store import ingest, memory, open_store
 from kline_store.errors import KlineStoreError
-from kline_store.ingest import bars as B, packed
+from kline_store.ingest import bars, packed
 
 ROOT = Path(__file__).resolve().parents[2]
 LINE = b"2024-01-02,1.0,1.0,1.0,1.0,100\n"
@@ -109,7 +109,7 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_while_the_bars_spill_is_named(tmp_path, small_disk, monkeypatch):
-    monkeypatch.setattr(B, "spills", lambda *a: True)        # spill whatever the size
+    monkeypatch.setattr(bars, "spills", lambda *a: True)        # spill whatever the size
     rows = "".join(f"S{s:03d},2024-01-{d:02d},1,2,0.5,1.5,{s * 100 + d}\n" for s in range(400) for d in range(2, 30))
     src = write(tmp_path / "in.csv", "symbol,date,open,high,low,close,volume\n" + rows)   # 11,200 bars, ~450 KB
     small = write(tmp_path / "small.csv", "symbol,date,close\nA,2024-01-02,1\n")

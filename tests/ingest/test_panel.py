@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kline_store.ingest import panel as P
+from kline_store.ingest import panel
 from kline_store.ingest.bars import Bars
 
 
@@ -31,19 +31,19 @@ def test_blocks_equal_a_dense_reference(seed, budget, monkeypatch):
     want = np.full((n_rows, n_dates, 3), np.nan, np.float32)
     for i, (r, p) in enumerate(zip(rows, pos)):
         want[r, p, 1:] = values[i]
-    monkeypatch.setattr(P, "BLOCK_BYTES", budget)
-    place = P.Placement.of(rows, pos, n_rows)
-    got = np.concatenate([blk for _, blk in P.new_blocks(b, place, n_rows, n_dates, fields)])
+    monkeypatch.setattr(panel, "BLOCK_BYTES", budget)
+    place = panel.BarPlacement.of(rows, pos, n_rows)
+    got = np.concatenate([blk for _, blk in panel.new_blocks(b, place, n_rows, n_dates, fields)])
     assert np.array_equal(got, want, equal_nan=True)
 
 
 def test_scatter_from_a_later_day_and_keeping_stored_values():
     b = bars_of([0, 1, 1], [5, 5, 6], [[1.0, np.nan], [2.0, 20.0], [3.0, 30.0]], ["close", "volume"])
     block = np.zeros((2, 2, 2), np.float32)               # rows 0-1, calendar days 5-6, as stored
-    P.scatter(block, 0, b, P.Placement.of(b.sym, b.keys("D"), 2), ["close", "volume"], day0=5, keep_stored=True)
+    panel.scatter(block, 0, b, panel.BarPlacement.of(b.sym, b.keys("D"), 2), ["close", "volume"], day0=5, keep_stored=True)
     assert block.tolist() == [[[1.0, 0.0], [0.0, 0.0]], [[2.0, 20.0], [3.0, 30.0]]]
 
 
 def test_block_rows_stay_in_budget():
-    assert P.block_rows(5000, 8, budget=64 << 20) == 419
-    assert P.block_rows(10 ** 9, 8) == 1
+    assert panel.block_rows(5000, 8, budget=64 << 20) == 419
+    assert panel.block_rows(10 ** 9, 8) == 1

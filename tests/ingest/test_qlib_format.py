@@ -16,7 +16,7 @@ import pytest
 
 import kline_store as ks
 from conftest import run_cli, write
-from kline_store.ingest import qlib_format as QF
+from kline_store.ingest import qlib_format
 from kline_store.errors import InputError
 from kline_store.ingest.exporter import export
 from kline_store.ingest.ingestion import ingest
@@ -153,12 +153,12 @@ def test_options_that_do_not_apply(small, tmp_path):
 
 def test_names_qlib_cannot_hold(tmp_path):
     with pytest.raises(InputError, match="'ab' and 'AB' differ only in case"):
-        QF.check_names(["ab", "AB"], ["close"])
+        qlib_format.check_names(["ab", "AB"], ["close"])
     with pytest.raises(InputError, match="symbol 'a/b' cannot be a Qlib instrument"):
-        QF.check_names(["a/b"], ["close"])
+        qlib_format.check_names(["a/b"], ["close"])
     with pytest.raises(InputError, match="field 'px.last' cannot be a Qlib feature"):
-        QF.check_names(["a"], ["px.last"])
-    assert QF.folder_name("CON") == "_qlib_con" and QF.folder_name("SH600000") == "sh600000"
+        qlib_format.check_names(["a"], ["px.last"])
+    assert qlib_format.folder_name("CON") == "_qlib_con" and qlib_format.folder_name("SH600000") == "sh600000"
 
 
 def test_export_needs_a_new_directory(small, tmp_path):
@@ -220,9 +220,9 @@ def test_a_calendar_fifo_or_link_is_not_a_calendar(tmp_path):
 
 def test_names_a_provider_cannot_hold_are_said_plainly():
     with pytest.raises(InputError, match="'CON' and '_qlib_CON' name the same folder"):
-        QF.check_names(["CON", "_qlib_CON"], ["close"])
+        qlib_format.check_names(["CON", "_qlib_CON"], ["close"])
     with pytest.raises(InputError, match=r"symbol 'XXXXXXXX.*\(300 characters\) .*longer than a file system allows"):
-        QF.check_names(["X" * 300], ["close"])
+        qlib_format.check_names(["X" * 300], ["close"])
 
 
 def test_a_killed_exports_temporary_folder_is_removed_by_the_next(small, tmp_path):

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kline_store.errors import InputError
-from kline_store.store import sessions as SE
+from kline_store.store import sessions
 from kline_store.ingest.resample import aggregate, periods
 
 DAY = 18444 * 1440
@@ -19,20 +19,20 @@ def _day(clock):
 
 
 def test_hours_of_an_ashare_day_even_with_a_missing_first_minute():
-    cal = _day(SE.load("ashare").day_stamps("1min"))
+    cal = _day(sessions.load("ashare").day_stamps("1min"))
     for keys in (np.r_[cal, cal + 1440], np.r_[cal, cal[1:] + 1440]):   # 09:31 missing on the second day
         p = periods(keys, "1min", "60min")
         assert [int(k % 1440) for k in p.keys[-4:]] == [630, 690, 840, 900]   # 10:30 11:30 14:00 15:00
-    p = periods(cal, "1min", "60min", SE.load("ashare"))
+    p = periods(cal, "1min", "60min", sessions.load("ashare"))
     assert p.starts.tolist() == [0, 60, 120, 180]
     assert periods(np.r_[cal, cal + 1440], "1min", "1d").keys.tolist() == [18444, 18445]
-    start = _day(SE.load("24h").day_stamps("60min"))
-    assert periods(start, "60min", "240min", SE.load("24h")).keys[:2].tolist() == [DAY, DAY + 240]
+    start = _day(sessions.load("24h").day_stamps("60min"))
+    assert periods(start, "60min", "240min", sessions.load("24h")).keys[:2].tolist() == [DAY, DAY + 240]
 
 
 def test_a_halt_keeps_the_periods_on_the_days_grid():
     """A 45-minute halt (no bar of any symbol) on one day of five: the bars after it stay in their hours."""
-    cal = _day(SE.load("ashare").day_stamps("1min"))
+    cal = _day(sessions.load("ashare").day_stamps("1min"))
     days = [cal + d * 1440 for d in range(5)]
     clock = days[2] % 1440
     days[2] = days[2][(clock <= 600) | (clock > 645)]                      # nothing from 10:01 to 10:45
@@ -65,7 +65,7 @@ def test_aggregate_matches_a_plain_reference(seed, k, holes):
 def test_every_period_is_stamped_inside_its_session(template, k, missing):
     """Issue 19: 90, 240 or 1440 minutes stamped bars after the session close or on the next day."""
     name = template or "ashare"
-    sess = SE.load(name)
+    sess = sessions.load(name)
     cal = _day(sess.day_stamps("1min"))
     keys = np.concatenate([cal[missing:] + d * 1440 for d in range(3)])     # first minutes missing, 3 days
     longest = max(b - a for a, b in sess.intervals)
@@ -87,7 +87,7 @@ def test_every_period_is_stamped_inside_its_session(template, k, missing):
 
 
 def test_ninety_minutes_of_ashare_end_at_the_session_closes():
-    cal = _day(SE.load("ashare").day_stamps("1min"))
-    p = periods(cal, "1min", "90min", SE.load("ashare"))
+    cal = _day(sessions.load("ashare").day_stamps("1min"))
+    p = periods(cal, "1min", "90min", sessions.load("ashare"))
     assert [f"{int(k % 1440) // 60:02d}:{int(k % 1440) % 60:02d}" for k in p.keys] == ["11:00", "11:30", "14:30",
                                                                                         "15:00"]

@@ -8,17 +8,17 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from conftest import write
-from kline_store.ingest import textscan as T
+from kline_store.ingest import textscan
 from kline_store.errors import InputError
 
 
 def check(text: str, n_fields: int, sep: str = ",") -> int:
     """check_lines (counts first, exact on a mismatch), as readers call it before polars parses the file."""
-    return T.check_lines(text.encode(), sep, n_fields, "f.csv")
+    return textscan.check_lines(text.encode(), sep, n_fields, "f.csv")
 
 
 def exact(text: str, n_fields: int, sep: str = ",") -> int:
-    return T.exact_lines(np.frombuffer(text.encode(), np.uint8), sep, n_fields, "f.csv")
+    return textscan.exact_lines(np.frombuffer(text.encode(), np.uint8), sep, n_fields, "f.csv")
 
 
 def test_good_files_count_their_lines():
@@ -57,11 +57,11 @@ def test_quoted_separators_and_line_ends_are_inside_fields():
 
 
 def test_a_line_longer_than_a_block_and_pieces_from_a_line(monkeypatch):
-    monkeypatch.setattr(T, "BLOCK", 16)
+    monkeypatch.setattr(textscan, "BLOCK", 16)
     long = "x" * 100
-    assert T.exact_lines(np.frombuffer(f"a,b\n{long},1\n1,2\n".encode(), np.uint8), ",", 2, "f.csv") == 3
+    assert textscan.exact_lines(np.frombuffer(f"a,b\n{long},1\n1,2\n".encode(), np.uint8), ",", 2, "f.csv") == 3
     with pytest.raises(InputError, match="line 7: 1 field,"):
-        T.exact_lines(np.frombuffer(f"{long},1\n1\n".encode(), np.uint8), ",", 2, "f.csv", first_line=6)
+        textscan.exact_lines(np.frombuffer(f"{long},1\n1\n".encode(), np.uint8), ",", 2, "f.csv", first_line=6)
 
 
 def _csv_text(rows):
@@ -103,17 +103,17 @@ def test_encoding_over_the_whole_file(tmp_path):
     text = "date,close,name\n" + ascii_rows + "2021-01-04,1,平安银行\n"
     assert len(ascii_rows) > 1 << 16
     gbk = write(tmp_path / "gbk.csv", text, "gbk")
-    enc, data = T.detect_encoding(gbk)
+    enc, data = textscan.detect_encoding(gbk)
     assert enc == "gb18030" and data.decode("utf-8") == text
-    assert T.detect_encoding(write(tmp_path / "u.csv", text)) == ("utf-8", None)
-    assert T.detect_encoding(write(tmp_path / "a.csv", "date,close\n")) == ("utf-8", None)
+    assert textscan.detect_encoding(write(tmp_path / "u.csv", text)) == ("utf-8", None)
+    assert textscan.detect_encoding(write(tmp_path / "a.csv", "date,close\n")) == ("utf-8", None)
     bom = tmp_path / "bom.csv"
     bom.write_bytes(b"\xef\xbb\xbf" + text.encode())
-    assert T.detect_encoding(bom) == ("utf-8-sig", None)
+    assert textscan.detect_encoding(bom) == ("utf-8-sig", None)
     bad = tmp_path / "bad.csv"
     bad.write_bytes(b"date,close\n2020-01-02,1\n\xff\xfe\xff\n")
     with pytest.raises(InputError, match=r"bad\.csv: line 3: neither UTF-8 nor GBK/GB18030"):
-        T.detect_encoding(bad)
+        textscan.detect_encoding(bad)
 
 
 def test_archives_and_compressed_files_are_named(tmp_path):
@@ -127,7 +127,7 @@ def test_archives_and_compressed_files_are_named(tmp_path):
     for name, what in (("bars.zip", "a zip archive, not CSV text readable here; unzip it"),
                        ("bars.csv.gz", "gzip-compressed, not CSV text readable here; gunzip it")):
         with pytest.raises(InputError, match=f"{name}: {what}"):
-            T.detect_encoding(tmp_path / name)
+            textscan.detect_encoding(tmp_path / name)
     (tmp_path / "u16.csv").write_bytes(text.encode("utf-16"))
     with pytest.raises(InputError, match=r"u16\.csv: UTF-16 text .*save it as UTF-8"):
-        T.detect_encoding(tmp_path / "u16.csv")
+        textscan.detect_encoding(tmp_path / "u16.csv")

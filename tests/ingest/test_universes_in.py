@@ -1,4 +1,4 @@
-"""ingest/universes.py: universes from Qlib instruments files, CSV, TSV, Parquet and DataFrames; every bad line one
+"""ingest/universes_in.py: universes from Qlib instruments files, CSV, TSV, Parquet and DataFrames; every bad line one
 error naming file, line and symbol with nothing written; a new store version, atomic and crash-safe; kept by
 appends (an open span grows), by features stores and their --update, and by a Qlib ingest. Real A-share files."""
 
@@ -19,7 +19,7 @@ import pytest
 import kline_store as ks
 from conftest import run_cli, write
 from kline_store.errors import InputError
-from kline_store.ingest.universes import read_source
+from kline_store.ingest.universes_in import read_source
 
 UNIVERSE = [sys.executable, "-m", "kline_store.cli", "universe"]
 

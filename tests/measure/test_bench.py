@@ -26,7 +26,7 @@ def test_classic_datasets_return_the_windows(store):
 
     with open_store(store) as st:
         sym, end = np.array([0, 3, 11]), np.array([40, 299, 17])
-        lay = cl.Layout(st.data_file, st.n_symbols, st.date_capacity, st.n_fields, [0, 1, 3], 8, sym, end)
+        lay = cl.WindowFile(st.data_file, st.n_symbols, st.date_capacity, st.n_fields, [0, 1, 3], 8, sym, end)
         want = [torch.from_numpy(np.ascontiguousarray(st.panel[s, e - 7: e + 1][:, [0, 1, 3]]))
                 for s, e in zip(sym, end)]
     for i in range(3):

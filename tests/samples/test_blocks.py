@@ -20,7 +20,7 @@ from kline_store.errors import InputError
 from kline_store import memory
 from kline_store.feed import block_feed
 from kline_store.measure.synthetic import make_store
-from kline_store.samples import blocks as BL
+from kline_store.samples import blocks
 from kline_store.samples import count_cache
 from conftest import resumed
 
@@ -64,7 +64,7 @@ def test_segment_counts_are_counted_once_per_store_version_and_spec(store, monke
     def no_count(*args, **kw):
         raise AssertionError("counted again")
 
-    monkeypatch.setattr(BL.BlockIndex, "build", no_count)
+    monkeypatch.setattr(blocks.BlockIndex, "build", no_count)
     b = ks.KlineDataset(store, window=16, index="blocks")          # loaded: another rank, a restart
     assert np.array_equal(a._index().counts, b._index().counts)
     assert np.array_equal(a.gather_batch([0, 5, 99])["t"], b.gather_batch([0, 5, 99])["t"])
@@ -116,7 +116,7 @@ def test_auto_picks_uniform_when_it_fits_and_blocks_when_not(store, monkeypatch)
 
 def test_refusals_are_one_line(store, monkeypatch):
     tiny = memory.Available(1 << 20, "cgroup memory.max 1 MiB")
-    monkeypatch.setattr(BL, "available", lambda: tiny)
+    monkeypatch.setattr(blocks, "available", lambda: tiny)
     with pytest.raises(InputError) as e:
         ks.KlineDataset(store, window=16, index="full")
     msg = str(e.value)

@@ -14,7 +14,7 @@ from helpers_dataset_ref import FIELDS, make_store, random_panel, ref_sample, re
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kline_store.samples import ranges as D
+from kline_store.samples import ranges
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
 from kline_store.samples.gather import gather_windows
@@ -66,7 +66,7 @@ def test_real_windows_labels_and_counts(ashare):
     st_ = ds.store
     assert ds.fields == ["open", "high", "low", "close", "volume"]
     # validity is per symbol: the reference over the first 40 symbols must match exactly
-    lo, hi = D.date_bounds(st_.dates, "2021-01-01", "2024-12-31")
+    lo, hi = ranges.date_bounds(st_.dates, "2021-01-01", "2024-12-31")
     want = ref_valid(st_.panel[:40], list(range(5)), 3, 20, 5, lo, hi)
     assert [p for p in _pairs(ds) if p[0] < 40] == want
     # label days stay inside the range, t starts inside it
@@ -432,13 +432,13 @@ def test_a_loader_state_from_another_store_version_is_refused(tmp_path):
 def test_a_version_the_other_ranks_read_that_is_gone_is_one_line(tmp_path, monkeypatch):
     """Issue 19 (DDP on one version): a rank that cannot open the agreed version fails in one line."""
     from kline_store.errors import StoreError
-    from kline_store.samples import dataset as DS
+    from kline_store.samples import dataset
     path = make_store(tmp_path / "s", random_panel(np.random.default_rng(3), 4, 40, holes=0.0))
-    monkeypatch.setattr(DS, "agreed_version", lambda store, version: 7)
+    monkeypatch.setattr(dataset, "agreed_version", lambda store, version: 7)
     with pytest.raises(StoreError, match=r"the other ranks read store version 7, this rank opened version 1") as e:
         KlineDataset(path, window=5, horizon=1)
     assert "\n" not in str(e.value)
-    monkeypatch.setattr(DS, "agreed_version", lambda store, version: None)      # no process group: as opened
+    monkeypatch.setattr(dataset, "agreed_version", lambda store, version: None)      # no process group: as opened
     assert KlineDataset(path, window=5, horizon=1).version == 1
 
 

@@ -15,11 +15,11 @@ from hypothesis import strategies as st
 from kline_store import memory
 from kline_store.errors import InputError
 from kline_store.feed import block_feed
-from kline_store.feed import block_order as B
-from kline_store.feed import sampling as S
-from kline_store.measure import shuffle as Q
+from kline_store.feed import block_order
+from kline_store.feed import sampling
+from kline_store.measure import shuffle
 from kline_store.measure.synthetic import make_store as synthetic_store
-from kline_store.samples import day_blocks as DB
+from kline_store.samples import day_blocks
 from kline_store.samples.cross_section import CrossSectionDataset
 from kline_store.samples.dataset import KlineDataset
 from conftest import resumed
@@ -30,7 +30,7 @@ DAYS = 5   # days per segment in this module's stores
 @pytest.fixture(scope="module", autouse=True)
 def _small_segments(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(DB, "SEG_ROW_BYTES", DAYS * 6 * 4)       # six fields: DAYS days of each row
+        mp.setattr(day_blocks, "SEG_ROW_BYTES", DAYS * 6 * 4)       # six fields: DAYS days of each row
         mp.setenv("KLINE_STORE_CACHE", str(tmp_path_factory.mktemp("cache")))
         yield
 
@@ -81,7 +81,7 @@ def test_counts_are_cached_once_per_store_version_and_spec(store, monkeypatch):
     def no_count(*args, **kw):
         raise AssertionError("counted again")
 
-    monkeypatch.setattr(DB.DayBlocks, "build", no_count)
+    monkeypatch.setattr(day_blocks.DayBlocks, "build", no_count)
     b = CrossSectionDataset(store, window=12, index="blocks", min_count=2)     # another rank, a restart
     assert np.array_equal(a._xs.counts, b._xs.counts)
     with pytest.raises(AssertionError, match="counted again"):
@@ -89,7 +89,7 @@ def test_counts_are_cached_once_per_store_version_and_spec(store, monkeypatch):
 
 
 @settings(max_examples=25, deadline=None)
-@given(world=st.integers(1, 4), seed=st.integers(0, 3), tail=st.sampled_from(S.TAILS), pool=st.integers(1, 6),
+@given(world=st.integers(1, 4), seed=st.integers(0, 3), tail=st.sampled_from(sampling.TAILS), pool=st.integers(1, 6),
        segs=st.integers(1, 3), batch=st.integers(1, 7), drop_last=st.booleans(), full=st.booleans())
 def test_every_day_once_over_ranks_with_equal_steps(pair, world, seed, tail, pool, segs, batch, drop_last, full):
     xs = pair[0] if full else pair[1]
@@ -101,11 +101,11 @@ def test_every_day_once_over_ranks_with_equal_steps(pair, world, seed, tail, poo
                        order="blocks", pool_blocks=pool, block_bytes=segs * seg_bytes, num_workers=0)
         assert ld.order == "blocks" and ld.batch_sampler.block_bytes == segs * seg_bytes
         o = positions(ld)
-        k = S.shard_size(n, world, tail, r)
-        assert len(ld) == S.n_batches(k, batch, drop_last)     # every rank the same number of steps, but "uneven"
+        k = sampling.shard_size(n, world, tail, r)
+        assert len(ld) == sampling.n_batches(k, batch, drop_last)     # every rank the same number of steps, but "uneven"
         assert len(o) == (k // batch * batch if drop_last else k)
         orders.append(o)
-    cov = Q.coverage(orders, n)
+    cov = shuffle.coverage(orders, n)
     if drop_last:   # the last partial batch of each rank left out
         assert cov["repeated"] == 0 or tail == "pad"
     elif tail == "uneven":
@@ -144,7 +144,7 @@ def test_rank_shares_fixed_across_epochs(pair):
     order; the ranks' shares are whole blocks but at most one cut between two neighbours."""
     xs = pair[1]
     counts, seg_bytes = xs.block_segments()
-    off = B.offsets(B.group_segments(counts, 2))
+    off = block_order.offsets(block_order.group_segments(counts, 2))
     world, shares = 3, []
     for r in range(world):
         ld = xs.loader(batch_size=4, seed=7, rank=r, world_size=world, tail="pad", order="blocks", pool_blocks=4,
@@ -196,7 +196,7 @@ def test_auto_order_and_the_uniform_order_over_day_blocks(store, monkeypatch):
     monkeypatch.undo()
     blk = CrossSectionDataset(store, window=10, horizon=2, min_count=3, index="blocks")
     ld = blk.loader(batch_size=4)                                          # keeps no table: blocks
-    assert ld.order == "blocks" and ld.batch_sampler.pool == DB.MIN_POOL
+    assert ld.order == "blocks" and ld.batch_sampler.pool == day_blocks.MIN_POOL
     assert blk.loader(batch_size=20).batch_sampler.pool == 160             # 8 x the batch size
     uni = blk.loader(batch_size=4, order="uniform", seed=2)                # builds the table now
     assert blk.keeps_full_index
@@ -205,7 +205,7 @@ def test_auto_order_and_the_uniform_order_over_day_blocks(store, monkeypatch):
 
 def test_refusals_are_one_line(store, monkeypatch):
     tiny = memory.Available(1 << 16, "cgroup memory.max 64 KiB")
-    monkeypatch.setattr(DB, "available", lambda: tiny)
+    monkeypatch.setattr(day_blocks, "available", lambda: tiny)
     with pytest.raises(InputError) as e:
         CrossSectionDataset(store, window=10, index="full")
     msg = str(e.value)
@@ -232,7 +232,7 @@ def test_residency_keeps_a_bounded_set_of_blocks(pair, monkeypatch):
     assert not xs.keeps_full_index
     seg = xs._xs.segment(0)
     cap = 6 * (seg[0].nbytes + seg[1].nbytes)
-    monkeypatch.setattr(DB, "CACHE_BYTES", cap)              # computed segments kept, whatever the timing
+    monkeypatch.setattr(day_blocks, "CACHE_BYTES", cap)              # computed segments kept, whatever the timing
     ld = xs.loader(batch_size=3, order="blocks", pool_blocks=4, block_bytes=1, num_workers=0)
     res, plan = ld.batch_sampler.residency, ld.batch_sampler.plan()
     assert plan.n_rounds > 2

@@ -8,8 +8,8 @@ from helpers_dataset_ref import FIELDS, random_panel, ref_valid
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kline_store.samples import ranges as D
-from kline_store.samples import windows as W
+from kline_store.samples import ranges
+from kline_store.samples import windows
 from kline_store.samples.spec import DEFAULT_FIELDS, SamplePlan
 
 
@@ -52,7 +52,7 @@ def cases(draw):
 @given(cases())
 def test_valid_index_matches_brute_force(case):
     panel, rule, lo, hi = case
-    got, bars = W.valid_index(panel, rule, lo, hi)
+    got, bars = windows.valid_index(panel, rule, lo, hi)
     want = ref_valid(panel, list(rule.x_fields), rule.close, rule.window, rule.horizon, lo, hi, rule.label_kind,
                      rule.label_field, rule.missing, rule.max_missing, rule.days, rule.adj)
     np.testing.assert_array_equal(got, _flat(want, panel.shape[1]))
@@ -60,7 +60,7 @@ def test_valid_index_matches_brute_force(case):
     if rule.days == "symbol":
         assert bars is not None and np.all(np.diff(bars) > 0)
         # a window's last day is a bar and its label is `horizon` bars later, same symbol
-        lab = W.symbol_label_day(got, bars, rule.horizon)
+        lab = windows.symbol_label_day(got, bars, rule.horizon)
         assert np.all(lab // panel.shape[1] == got // panel.shape[1]) and np.all(lab % panel.shape[1] <= hi)
 
 
@@ -69,7 +69,7 @@ def test_valid_index_matches_brute_force(case):
 def test_by_day_groups_every_window_once(n_sym, n_dates, seed):
     rng = np.random.default_rng(seed)
     valid = np.flatnonzero(rng.random(n_sym * n_dates) < 0.5).astype(np.int64)
-    days, offsets, order = W.by_day(valid, n_sym, n_dates)
+    days, offsets, order = windows.by_day(valid, n_sym, n_dates)
     assert sorted(order.tolist()) == valid.tolist()
     for k, d in enumerate(days):
         part = order[offsets[k]: offsets[k + 1]]
@@ -79,9 +79,9 @@ def test_by_day_groups_every_window_once(n_sym, n_dates, seed):
 
 def test_window_count_and_all():
     ok = np.array([[1, 1, 0, 1, 1, 1]], dtype=bool)
-    np.testing.assert_array_equal(W.window_all(ok, 2), [[False, True, False, False, True, True]])
-    np.testing.assert_array_equal(W.window_count(~ok, 3), [[4, 4, 1, 1, 1, 0]])
-    assert not W.window_all(ok, 7).any()  # window longer than the row
+    np.testing.assert_array_equal(windows.window_all(ok, 2), [[False, True, False, False, True, True]])
+    np.testing.assert_array_equal(windows.window_count(~ok, 3), [[4, 4, 1, 1, 1, 0]])
+    assert not windows.window_all(ok, 7).any()  # window longer than the row
 
 
 # --------------------------------------------------------------------------- real data
@@ -102,10 +102,10 @@ def test_real_index_matches_brute_force(ashare, days, missing):
     panel = st_.panel[:60]  # a third of the symbols keeps the Python reference quick
     close = st_.fields.index("close")
     x_fields = list(range(len(st_.fields)))
-    lo, hi = D.date_bounds(st_.dates, "2021-03-01", "2024-06-30")
+    lo, hi = ranges.date_bounds(st_.dates, "2021-03-01", "2024-06-30")
     rule = SamplePlan(window=20, horizon=5, x_fields=tuple(x_fields), close=close, missing=missing,
                         max_missing=3 if missing == "ffill" else None, days=days)
-    got, _ = W.valid_index(panel, rule, lo, hi)
+    got, _ = windows.valid_index(panel, rule, lo, hi)
     want = ref_valid(panel, x_fields, close, 20, 5, lo, hi, missing=missing,
                      max_missing=3 if missing == "ffill" else None, days=days)
     np.testing.assert_array_equal(got, _flat(want, st_.n_dates))
@@ -116,7 +116,7 @@ def test_real_suspension_is_never_inside_a_calendar_window(ashare):
     st_ = ashare
     s = st_.symbols.index("000670")
     rule = SamplePlan(window=10, horizon=1, x_fields=tuple(range(len(st_.fields))), close=3)
-    valid, _ = W.valid_index(st_.panel[s: s + 1], rule, 0, st_.n_dates - 1)
+    valid, _ = windows.valid_index(st_.panel[s: s + 1], rule, 0, st_.n_dates - 1)
     t = valid % st_.n_dates
     gap_from, gap_to = np.searchsorted(st_.dates, np.datetime64("2020-03-19")), \
         np.searchsorted(st_.dates, np.datetime64("2022-08-22"))
@@ -125,7 +125,7 @@ def test_real_suspension_is_never_inside_a_calendar_window(ashare):
     assert t[t > gap_from].min() == gap_to + 9
     # over its own trading days the same symbol has windows that span the suspension
     sym_rule = SamplePlan(window=10, horizon=1, x_fields=rule.x_fields, close=3, days="symbol")
-    valid_s, _ = W.valid_index(st_.panel[s: s + 1], sym_rule, 0, st_.n_dates - 1)
+    valid_s, _ = windows.valid_index(st_.panel[s: s + 1], sym_rule, 0, st_.n_dates - 1)
     assert len(valid_s) > len(valid) and np.any((valid_s % st_.n_dates > gap_to) & (valid_s % st_.n_dates < gap_to + 9))
 
 

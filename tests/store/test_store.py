@@ -128,7 +128,6 @@ def test_gc_keeps_current_and_pinned_versions_only(tmp_path):
 def test_open_survives_a_rewrite_and_gc_between_manifest_and_data(tmp_path, monkeypatch):
     """The current version's file may be replaced and collected right after its manifest was read."""
     from kline_store.store import manifest as mf
-    from kline_store import store as S
     make(tmp_path / "s", seed=1)
     real_read = mf.read_manifest
     calls = []
@@ -141,7 +140,7 @@ def test_open_survives_a_rewrite_and_gc_between_manifest_and_data(tmp_path, monk
         return m
 
     monkeypatch.setattr(mf, "read_manifest", read_then_replace)
-    st = S.open_store(tmp_path / "s")
+    st = open_store(tmp_path / "s")
     assert st.version == 2 and st.panel.shape == (4, len(DATES), 3)
 
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from kline_store.errors import InputError, StoreError
 from kline_store.store import create_store, open_store
 from kline_store.store import manifest as mf
-from kline_store.store import universes as SU
+from kline_store.store import universes
 
 DAYS = np.array(["2020-01-02", "2020-01-03", "2020-01-06", "2020-01-07", "2020-01-08", "2020-01-10",
                  "2020-01-13", "2020-01-14"], dtype="datetime64[D]")
@@ -23,7 +23,7 @@ SYMS = ["A", "B", "C"]
 @st.composite
 def spans(draw, symbols=SYMS, lo="2019-12-25", days=30):
     """Random spans: per symbol up to three, apart and ascending, the last one perhaps open."""
-    out: SU.Spans = {}
+    out: universes.Spans = {}
     base = np.datetime64(lo, "D")
     for s in symbols:
         cuts = sorted(draw(st.sets(st.integers(0, days), max_size=6)))
@@ -39,7 +39,7 @@ def spans(draw, symbols=SYMS, lo="2019-12-25", days=30):
     return out
 
 
-def reference(sp: SU.Spans, symbols: list[str], days: np.ndarray) -> np.ndarray:
+def reference(sp: universes.Spans, symbols: list[str], days: np.ndarray) -> np.ndarray:
     out = np.zeros((len(symbols), len(days)), dtype=bool)
     for s, items in sp.items():
         for a, b in items:
@@ -52,7 +52,7 @@ def reference(sp: SU.Spans, symbols: list[str], days: np.ndarray) -> np.ndarray:
 @settings(max_examples=150, deadline=None)
 @given(sp=spans(), d0=st.integers(0, 8), d1=st.integers(0, 8), data=st.data())
 def test_membership_on_a_calendar_is_the_spans(sp, d0, d1, data):
-    u = SU.from_spans(sp, SYMS, DAYS.astype(np.int64))
+    u = universes.from_spans(sp, SYMS, DAYS.astype(np.int64))
     want = reference(sp, SYMS, DAYS)
     np.testing.assert_array_equal(u.dense(), want)
     flat = np.arange(len(SYMS) * len(DAYS))
@@ -63,15 +63,15 @@ def test_membership_on_a_calendar_is_the_spans(sp, d0, d1, data):
     np.testing.assert_array_equal(u.mask(slice(1, 3), a, b), want[1:3, a:b])
     s = u.summary()
     assert s["symbols"] == int(want.any(axis=1).sum()) and s["members_last_day"] == int(want[:, -1].sum())
-    decoded = SU.decode(SU.encode(sp))
+    decoded = universes.decode(universes.encode(sp))
     assert decoded == {k: v for k, v in sp.items() if v}
 
 
 def test_names():
-    assert SU.check_name("csi300") == "csi300"
+    assert universes.check_name("csi300") == "csi300"
     for bad in ("CSI300", "all", "", "a/b", "x" * 65, "..", 7):
         with pytest.raises(InputError, match="universe"):
-            SU.check_name(bad)
+            universes.check_name(bad)
 
 
 @pytest.fixture
@@ -79,7 +79,7 @@ def store(tmp_path):
     panel = np.random.default_rng(1).normal(size=(3, len(DAYS), 2)).astype(np.float32)
     path = tmp_path / "s"
     create_store(path, panel, SYMS, DAYS, ["close", "volume"],
-                 extra={"universes": {"idx": SU.encode({"A": [(DAYS[1], DAYS[3]), (DAYS[5], None)],
+                 extra={"universes": {"idx": universes.encode({"A": [(DAYS[1], DAYS[3]), (DAYS[5], None)],
                                                         "C": [(np.datetime64("2019-01-01"), DAYS[0])]}, "test")}})
     return path
 

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import write
 from kline_store import StoreError, ingest, open_store, verify_store
-from kline_store.store import writer as W
+from kline_store.store.writer import NewGeneration, gc
 from kline_store.store import create_store
 from sandbox import run_in_tmpfs
 
@@ -188,7 +188,7 @@ def test_a_killed_commit_before_the_swap_leaves_a_copy_no_reader_takes(real, tmp
     assert open_store(tmp_path / "s").version == 1 and verify_store(tmp_path / "s") == []
     with pytest.raises(StoreError, match="version 2 is not available"):
         open_store(tmp_path / "s", version=2)
-    W.gc(tmp_path / "s")
+    gc(tmp_path / "s")
     assert sorted(p.name for p in (tmp_path / "s" / "versions").iterdir()) == ["v000001.json"]
 
 
@@ -199,7 +199,7 @@ def test_writers_restore_a_missing_or_damaged_version_copy(tmp_path):
     with open_store(tmp_path / "s") as st:     # a reader reads manifest.json; it writes nothing
         assert st.version == 1
     assert copy.read_text() == "{torn"
-    W.gc(tmp_path / "s")
+    gc(tmp_path / "s")
     assert json.loads(copy.read_text())["version"] == 1
 
 
@@ -208,14 +208,14 @@ def test_gc_removes_planted_links_not_their_targets(tmp_path):
     victim = write(tmp_path / "victim.bin", "precious")
     os.symlink(victim, tmp_path / "s" / "data-g000007.f32")
     os.symlink(victim, tmp_path / "s" / "versions" / "v000000.json")
-    removed = W.gc(tmp_path / "s")
+    removed = gc(tmp_path / "s")
     assert sorted(removed) == ["data-g000007.f32", "versions/v000000.json"]
     assert victim.read_text() == "precious"
 
 
 def test_new_generation_reserves_only_the_logical_rows(tmp_path):
     (tmp_path / "s").mkdir()
-    gen = W.NewGeneration(tmp_path / "s", 1, rows=3, n_dates=1000, n_fields=4, capacity=5000)
+    gen = NewGeneration(tmp_path / "s", 1, rows=3, n_dates=1000, n_fields=4, capacity=5000)
     block = np.arange(3 * 1000 * 4, dtype=np.float32).reshape(3, 1000, 4)
     gen.write(0, block)
     data = gen.finish()

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from kline_store.system import pages as P
+from kline_store.system import pages
 
 
 def _mapping_kib(addr: int, key: str) -> int:
@@ -40,14 +40,14 @@ def test_readahead_maps_pages_without_private_copies(tmp_path):
     arr = _private_map(path)
     addr = arr.ctypes.data
     assert _mapping_kib(addr, "Rss") < 1024                     # nothing mapped yet
-    th = P.readahead(arr)
+    th = pages.readahead(arr)
     assert th is not None
     th.join(30)
     assert _mapping_kib(addr, "Rss") >= 16 * 1024 * 0.95       # every page mapped
     assert _mapping_kib(addr, "Anonymous") == 0                # page-cache pages, no copy-on-write copies
-    assert P.readahead(arr, available=1) is None               # too big for memory: left to the page faults
-    assert P.readahead(np.zeros(0, np.float32)) is None
+    assert pages.readahead(arr, available=1) is None               # too big for memory: left to the page faults
+    assert pages.readahead(np.zeros(0, np.float32)) is None
     part = _private_map(path)                                   # a fresh mapping: nothing of it mapped yet
-    P.readahead(part, np.array([0, 8 << 20]), 1 << 20).join(30)   # two 1 MiB rows of the 16 MiB
+    pages.readahead(part, np.array([0, 8 << 20]), 1 << 20).join(30)   # two 1 MiB rows of the 16 MiB
     # only those (page-cache folios of up to 2 MiB may map a little around them), not the other 14 MiB
     assert 2048 <= _mapping_kib(part.ctypes.data, "Rss") <= 8192

@@ -1,4 +1,4 @@
-"""Gaps of grouped bars a chunk at a time (runs.py) agree with the sorted reference definitions."""
+"""Gaps of grouped bars a chunk at a time (bar_gaps.py) agree with the sorted reference definitions."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from kline_store.ingest import barsize, runs
-from kline_store.store import timeaxis as TA
+from kline_store.ingest import bar_gaps, barsize
+from kline_store.store import timeaxis
 
 
 def _grouped(rng, n_groups, descending, dup=False):
@@ -31,12 +31,12 @@ def test_by_file_of_grouped_bars_matches_the_sorted_definition(seed, descending,
     days = np.concatenate([t * int(rng.choice([1, 7, 30, 100])) + 15000 for _, t in runs_])   # gaps past CLIP
     sym = np.concatenate([np.full(len(t), g % n_sym) for g, t in runs_])
     file = np.concatenate([np.full(len(t), g // n_sym) for g, t in runs_])
-    old = runs.STEP
-    runs.STEP = step
+    old = bar_gaps.STEP
+    bar_gaps.STEP = step
     try:
         got = barsize.by_file(days, sym, file)
     finally:
-        runs.STEP = old
+        bar_gaps.STEP = old
     assert got == barsize._by_file_sorted(days, sym, file, 1)
 
 
@@ -44,11 +44,11 @@ def test_split_or_unsorted_groups_are_refused_then_sorted():
     days = np.array([1, 2, 3, 1, 2], dtype=np.int64)
     sym = np.array([0, 0, 1, 1, 0])            # symbol 0 comes back after symbol 1: split
     file = np.zeros(5, dtype=np.int64)
-    with pytest.raises(runs.NotGrouped):
-        list(runs.chunks(5, runs.column(file * 2 + sym), runs.column(days), 2))
+    with pytest.raises(bar_gaps.NotGrouped):
+        list(bar_gaps.chunks(5, bar_gaps.column(file * 2 + sym), bar_gaps.column(days), 2))
     zigzag = np.array([1, 3, 2], dtype=np.int64)   # neither oldest nor newest first
-    with pytest.raises(runs.NotGrouped):
-        list(runs.chunks(3, runs.column(np.zeros(3)), runs.column(zigzag), 1, step=2))
+    with pytest.raises(bar_gaps.NotGrouped):
+        list(bar_gaps.chunks(3, bar_gaps.column(np.zeros(3)), bar_gaps.column(zigzag), 1, step=2))
     assert barsize.by_file(days * 7, sym, file) == barsize._by_file_sorted(days * 7, sym, file, 1)
 
 
@@ -71,25 +71,25 @@ def _minute_bars(rng, n_sym, descending):
 def test_minute_gaps_of_grouped_bars_match_the_sorted_definition(seed, descending, step):
     rng = np.random.default_rng(seed)
     minute, sym = _minute_bars(rng, 5, descending)
-    old = runs.STEP
-    runs.STEP = step
+    old = bar_gaps.STEP
+    bar_gaps.STEP = step
     try:
         try:
-            want = TA.detect_freq(minute, sym)
+            want = timeaxis.detect_freq(minute, sym)
         except Exception as exc:                  # a gap that does not divide a day: the same error
             with pytest.raises(type(exc)):
-                runs.detect_freq(minute, sym, 5)
+                bar_gaps.detect_freq(minute, sym, 5)
         else:
-            assert runs.detect_freq(minute, sym, 5) == want
+            assert bar_gaps.detect_freq(minute, sym, 5) == want
         for freq in ("5min", "15min"):
-            assert runs.finer_than(freq, minute, sym, 5) == TA.finer_than(freq, minute, sym)
+            assert bar_gaps.finer_than(freq, minute, sym, 5) == timeaxis.finer_than(freq, minute, sym)
     finally:
-        runs.STEP = old
+        bar_gaps.STEP = old
 
 
 def test_histogram_median_is_numpys():
     for values in ([3], [1, 2], [1, 1, 5, 9], [2, 2, 2, 7, 7], list(range(10)), [0, 0, 4]):
-        assert runs.median(np.bincount(values)) == float(np.median(values))
+        assert bar_gaps.median(np.bincount(values)) == float(np.median(values))
 
 
 def test_clipped_gaps_keep_the_class():
@@ -103,7 +103,7 @@ def test_clipped_gaps_keep_the_class():
 @given(st.lists(st.integers(-10**6, 10**6), min_size=0, max_size=50), st.integers(0, 3))
 def test_unique_keys_and_key_index(values, spread):
     keys = np.asarray(values, dtype=np.int64) * (10 ** spread)     # dense, then too sparse for a table
-    assert TA.unique_keys(keys).tolist() == np.unique(keys).tolist()
+    assert timeaxis.unique_keys(keys).tolist() == np.unique(keys).tolist()
     cal = np.unique(keys[: len(keys) // 2])
     want = np.array([int(np.flatnonzero(cal == k)[0]) if k in cal else -1 for k in keys], dtype=np.int64)
-    assert TA.KeyIndex(cal).find(keys).tolist() == want.tolist()
+    assert timeaxis.KeyIndex(cal).find(keys).tolist() == want.tolist()

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-from . import columns as C
+from . import columns
 from ..errors import InputError
 from .options import ReadOptions
 
@@ -97,9 +97,9 @@ def as_file(frame: Any, read: ReadOptions, timezone: str | None = None) -> Itera
     df = to_polars(frame, timezone)
     if df.height == 0:
         raise InputError(f"{LABEL}: no rows")
-    mapped = C.resolve_columns(list(df.columns), dict(read.user_map))
+    mapped = columns.resolve_columns(list(df.columns), dict(read.user_map))
     if "symbol" not in mapped.values() and not read.symbol:
-        raise InputError(f"{LABEL}: no symbol column (columns: {C.preview(list(df.columns))}); pass "
+        raise InputError(f"{LABEL}: no symbol column (columns: {columns.preview(list(df.columns))}); pass "
                          f"symbol='NAME' for one symbol's bars, or add a symbol column")
     folder = Path(tempfile.mkdtemp(prefix="kline-frame-"))
     path = folder / f"{LABEL}.parquet"

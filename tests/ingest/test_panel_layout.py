@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kline_store.errors import InputError
-from kline_store.ingest import layout as L
+from kline_store.ingest import panel_layout
 from kline_store.ingest.bars import Bars
 
 
@@ -21,7 +21,7 @@ def bars_of(codes, days, values, fields, names):
 @pytest.mark.parametrize("step", [3, 1 << 20])
 @pytest.mark.parametrize("grouped", [True, False])
 def test_blocks_equal_a_dense_reference(seed, step, grouped, monkeypatch):
-    monkeypatch.setattr(L, "STEP", step)
+    monkeypatch.setattr(panel_layout, "STEP", step)
     rng = np.random.default_rng(seed)
     n_sym, n_dates = 6, 13
     calendar = 19000 + np.sort(rng.choice(40, n_dates, replace=False))
@@ -35,7 +35,7 @@ def test_blocks_equal_a_dense_reference(seed, step, grouped, monkeypatch):
         r, p = r[o], p[o]
     values = rng.random((len(r), 2)).astype(np.float32)
     b = bars_of(code_of_row[r], calendar[p], values, ["close", "volume"], names)
-    lay = L.Layout.of(b, calendar, "D", rows_of)
+    lay = panel_layout.PanelLayout.of(b, calendar, "D", rows_of)
     assert (lay.order is None) == bool(grouped or (np.diff(r) >= 0).all())
     want = np.full((n_sym, n_dates, 3), np.nan, np.float32)
     want[r, p, 1:] = values
@@ -47,11 +47,11 @@ def test_blocks_equal_a_dense_reference(seed, step, grouped, monkeypatch):
 
 
 def test_a_duplicate_and_a_date_outside_the_calendar_are_named(monkeypatch):
-    monkeypatch.setattr(L, "STEP", 2)
+    monkeypatch.setattr(panel_layout, "STEP", 2)
     names = ["A", "B"]
     dup = bars_of([0, 0, 1, 0], [19000, 19001, 19000, 19000], np.ones((4, 1)), ["close"], names)
     with pytest.raises(InputError, match="duplicate bar: symbol A at 2022-01-08 15:00 appears 2 times"):
-        L.Layout.of(dup, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
+        panel_layout.PanelLayout.of(dup, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
     off = bars_of([0, 1, 1], [19000, 19000, 19005], np.ones((3, 1)), ["close"], names)
     with pytest.raises(InputError, match=r"1 bar\(s\) at 1 date\(s\) not in the calendar \(2022-01-13\)"):
-        L.Layout.of(off, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))
+        panel_layout.PanelLayout.of(off, np.array([19000, 19001]), "D", np.array([0, 1], np.int32))

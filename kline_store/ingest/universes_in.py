@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from . import frames as FR, qlib_format as QF
+from . import from_frames, qlib_format
 from .inputs import is_parquet, location
 from ..errors import InputError
-from ..store import lock, manifest as mf, universes as SU, writer as W
+from ..store import lock, manifest as mf, universes, writer
 from ..store.snapshot import open_store
 
 SYMBOL = ("symbol", "instrument", "code", "ticker")
@@ -50,11 +50,12 @@ class Listing:
 
 def read_source(source: Any) -> tuple[list[Listing], str]:
     """The memberships of ``source`` (a path or a DataFrame) and how to name it in the manifest."""
-    if FR.is_frame(source):
-        return _from_table(FR.to_polars(source), FR.LABEL, lambda i: f"row {i + 1}"), FR.LABEL
+    if from_frames.is_frame(source):
+        table = from_frames.to_polars(source)
+        return _from_table(table, from_frames.LABEL, lambda i: f"row {i + 1}"), from_frames.LABEL
     if not isinstance(source, (str, os.PathLike)):
-        raise InputError(f"universe source {FR.describe(source)}: expected a file (Qlib instruments file, CSV or "
-                         f"Parquet of symbol, start, end) or a DataFrame")
+        raise InputError(f"universe source {from_frames.describe(source)}: expected a file (Qlib instruments file, "
+                         f"CSV or Parquet of symbol, start, end) or a DataFrame")
     path = Path(source)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -70,8 +71,8 @@ def read_source(source: Any) -> tuple[list[Listing], str]:
         return _from_table(table, str(path), lambda i: location(path, i)), str(path)
     head = _first_line(path)
     if _is_qlib_line(head):
-        return [Listing(s.symbol, s.first, s.last, f"{path}: line {s.line}") for s in QF.read_instruments(path)], \
-            str(path)
+        return [Listing(s.symbol, s.first, s.last, f"{path}: line {s.line}")
+                for s in qlib_format.read_instruments(path)], str(path)
     sep = "\t" if "\t" in head else ","
     try:
         table = pl.read_csv(path, separator=sep, infer_schema=False)
@@ -185,7 +186,7 @@ def _days(col: Any, where: str, at: Any, what: str) -> list[np.datetime64 | None
 class Checked:
     """Spans ready for the manifest, and what the summary says of them."""
 
-    spans: SU.Spans
+    spans: universes.Spans
     opened: int            # spans ending on the store's last day, kept open
     unknown: list[str]     # symbols left out (only when the caller allows it)
 
@@ -224,7 +225,7 @@ def to_spans(listings: list[Listing], symbols: list[str], last_day: np.datetime6
         if item.end is not None and item.end < item.start:
             raise InputError(f"{item.where}: {item.symbol}: starts {item.start} after it ends {item.end}")
         per.setdefault(sym, []).append(item)
-    spans: SU.Spans = {}
+    spans: universes.Spans = {}
     opened = 0
     for sym, items in per.items():
         items.sort(key=lambda x: x.start)
@@ -265,9 +266,9 @@ class UniverseReport:
         if self.removed:
             return [f"store {self.store} (version {self.version}): universe {self.name} removed"]
         what = "unchanged" if self.unchanged else "stored"
-        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: {_count(self.symbols, 'symbol')}"
-               f", {_count(self.spans, 'span')} from {self.source}; {_count(self.members_last_day, 'member')} on "
-               f"{self.last_day}"]
+        out = [f"store {self.store} (version {self.version}): universe {self.name} {what}: "
+               f"{_count(self.symbols, 'symbol')}, {_count(self.spans, 'span')} from {self.source}; "
+               f"{_count(self.members_last_day, 'member')} on {self.last_day}"]
         if self.opened:
             out.append(f"note {self.opened} span(s) end on the store's last day {self.last_day}: kept open (they grow "
                        f"with appended days)")
@@ -292,37 +293,37 @@ def set_universe(store: str | os.PathLike, name: str, source: Any, *, wait: floa
         InputError: a bad name or source (one line naming the file, the line and the symbol); nothing written.
         StoreError: not a store, or one that cannot be written.
     """
-    SU.check_name(name)
+    universes.check_name(name)
     store_dir = Path(store)
     mf.read_manifest(store_dir)                  # a clear error before reading the source
     listings, described = read_source(source) if source is not None else ([], "")
     with lock.WriterLock(store_dir, wait=wait):
         with open_store(store_dir, verify=False) as st:
-            W.prepare(store_dir, st.manifest)
+            writer.prepare(store_dir, st.manifest)
             m = st.manifest
             days = st.calendar_days()
             last = np.datetime64(int(days[-1]), "D") if len(days) else None
             if source is None:
-                if name not in (m.get(SU.KEY) or {}):
+                if name not in (m.get(universes.KEY) or {}):
                     raise InputError(f"{store_dir}: no universe {name!r} to remove; its universes: "
                                      f"{', '.join(st.universes) or 'none'}")
                 entry, checked = None, None
             else:
                 checked = to_spans(listings, st.symbols, last)
-                entry = SU.encode(checked.spans, described)
-            unchanged = entry is not None and (m.get(SU.KEY) or {}).get(name) == entry
+                entry = universes.encode(checked.spans, described)
+            unchanged = entry is not None and (m.get(universes.KEY) or {}).get(name) == entry
             if not unchanged:
                 new = {k: v for k, v in m.items() if k != mf.CHECKSUM_KEY}
                 new.update(version=m["version"] + 1, updated_at=mf.now_iso())
-                new[SU.KEY] = SU.replaced(m, name, entry)
-                if not new[SU.KEY]:
-                    del new[SU.KEY]
-                m = W.commit(store_dir, new)
+                new[universes.KEY] = universes.replaced(m, name, entry)
+                if not new[universes.KEY]:
+                    del new[universes.KEY]
+                m = writer.commit(store_dir, new)
         if not unchanged:
-            W.collect(store_dir, m)
+            writer.collect(store_dir, m)
     if checked is None:
         return UniverseReport(store_dir, name, m["version"], removed=True)
-    summary = SU.Universe.of(m, name, days).summary()
+    summary = universes.Universe.of(m, name, days).summary()
     return UniverseReport(store_dir, name, m["version"], unchanged=unchanged, symbols=len(checked.spans),
                           spans=sum(map(len, checked.spans.values())), members_last_day=summary["members_last_day"],
                           last_day=str(last) if last is not None else None, opened=checked.opened, source=described)

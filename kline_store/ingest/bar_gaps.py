@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from ..store import timeaxis as TA
+from ..store import timeaxis
 from .sink import drop_pages
 
 STEP = 1 << 16            # bars looked at per chunk: temporaries that stay in the cache
@@ -29,7 +29,7 @@ class NotGrouped(Exception):
 
 
 @dataclass
-class Chunk:
+class GapChunk:
     """Bars ``first .. first + len(t) - 1`` and the pairs of neighbours among them: pair ``p`` joins bars ``p``
     and ``p + 1`` (of this chunk); ``same[p]`` when both are of one group, ``d[p]`` the later time minus the
     earlier in file order (0 where ``same`` is False)."""
@@ -41,7 +41,7 @@ class Chunk:
     d: np.ndarray
 
 
-def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = None) -> Iterator[Chunk]:
+def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = None) -> Iterator[GapChunk]:
     """The bars a chunk at a time, each chunk beginning with the last bar of the one before (so every pair of
     neighbours is in exactly one chunk).
 
@@ -81,7 +81,7 @@ def chunks(n: int, group: Slice, time: Slice, n_groups: int, step: int | None = 
             # the run open at the end: the last segment, unless the chunk's last bar starts a new one
             open_new = not same[-1]
             up_open, down_open = (False, False) if open_new else (bool(up[-1]), bool(down[-1]))
-        yield Chunk(a, k, t, same, d)
+        yield GapChunk(a, k, t, same, d)
     if seen is None and starts:
         every = np.concatenate(starts)
         if len(np.unique(every)) != len(every):
@@ -160,7 +160,7 @@ def minute_gaps(minute: Slice, sym: Slice, n: int, n_sym: int, day0: int, n_days
     """Gaps in minutes between a symbol's consecutive bars of one day, at different stamps: (distinct gaps, their
     counts, and with ``finer`` the index of the first bar, in symbol then time order, less than ``finer`` minutes
     after the previous one, or None). As timeaxis._same_day_gaps, without sorting."""
-    per_day = TA.MINUTES_PER_DAY
+    per_day = timeaxis.MINUTES_PER_DAY
     counts = np.zeros(per_day + 1, dtype=np.int64)
     best: tuple[int, int, int] | None = None     # (symbol, earlier stamp, later bar)
     n_days = max(n_days, 1)
@@ -201,19 +201,19 @@ def detect_freq(minute: np.ndarray, sym: np.ndarray, n_sym: int, span: tuple[int
     try:
         values, counts, _ = _minute_gaps(minute, sym, n_sym, span=span)
     except NotGrouped:
-        return TA.detect_freq(np.asarray(minute, dtype=np.int64), np.asarray(sym))
-    return TA.freq_of_gaps(values, counts)
+        return timeaxis.detect_freq(np.asarray(minute, dtype=np.int64), np.asarray(sym))
+    return timeaxis.freq_of_gaps(values, counts)
 
 
 def finer_than(freq: str, minute: np.ndarray, sym: np.ndarray, n_sym: int, span: tuple[int, int] | None = None
                ) -> int | None:
     """timeaxis.finer_than, a chunk at a time when the bars come grouped."""
-    if freq == TA.DAILY or len(minute) < 2:
+    if freq == timeaxis.DAILY or len(minute) < 2:
         return None
     try:
-        return _minute_gaps(minute, sym, n_sym, TA.minutes(freq), span)[2]
+        return _minute_gaps(minute, sym, n_sym, timeaxis.minutes(freq), span)[2]
     except NotGrouped:
-        return TA.finer_than(freq, np.asarray(minute, dtype=np.int64), np.asarray(sym))
+        return timeaxis.finer_than(freq, np.asarray(minute, dtype=np.int64), np.asarray(sym))
 
 
 def _minute_gaps(minute: np.ndarray, sym: np.ndarray, n_sym: int, finer: int | None = None,
@@ -222,6 +222,6 @@ def _minute_gaps(minute: np.ndarray, sym: np.ndarray, n_sym: int, finer: int | N
     if n == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), None
     lo, hi = span if span is not None else (int(np.min(minute)), int(np.max(minute)))
-    day0 = lo // TA.MINUTES_PER_DAY
-    n_days = hi // TA.MINUTES_PER_DAY - day0 + 1
+    day0 = lo // timeaxis.MINUTES_PER_DAY
+    n_days = hi // timeaxis.MINUTES_PER_DAY - day0 + 1
     return minute_gaps(column(minute), column(sym), n, n_sym, day0, n_days, finer)

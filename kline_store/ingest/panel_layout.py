@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..store import timeaxis as TA
+from ..store import timeaxis
 from .bars import Bars, calendar_positions
 from .panel import put, release
 from .sink import drop_pages
@@ -23,21 +23,21 @@ STEP = 1 << 16   # bars at a time: temporaries that stay in the cache
 
 
 @dataclass
-class Layout:
+class PanelLayout:
     """Rows and calendar of a new panel, and the bars of each row (see :meth:`of`)."""
 
     rows_of: np.ndarray          # symbol code -> row
-    index: TA.KeyIndex           # calendar key -> date index
+    index: timeaxis.KeyIndex           # calendar key -> date index
     per_key: int                 # minutes per key: 1440 on a daily axis, 1 on an intraday one
     present: np.ndarray          # [rows, dates] a bar there
     bounds: np.ndarray           # the bars of row r: bounds[r]:bounds[r + 1], in ``order`` when that is set
     order: np.ndarray | None
 
     @classmethod
-    def of(cls, bars: Bars, calendar: np.ndarray, unit: str, rows_of: np.ndarray) -> "Layout":
+    def of(cls, bars: Bars, calendar: np.ndarray, unit: str, rows_of: np.ndarray) -> "PanelLayout":
         """The layout of ``bars``; InputError for a bar outside the calendar or a duplicated bar."""
         n_rows = int(rows_of.max()) + 1 if len(rows_of) else 0
-        out = cls(rows_of, TA.KeyIndex(calendar), TA.MINUTES_PER_DAY if unit == "D" else 1,
+        out = cls(rows_of, timeaxis.KeyIndex(calendar), timeaxis.MINUTES_PER_DAY if unit == "D" else 1,
                   np.zeros((n_rows, len(calendar)), dtype=bool), np.zeros(0, np.int64), None)
         counts = np.zeros(n_rows, dtype=np.int64)
         grouped, last = True, -1
