@@ -27,7 +27,7 @@ import numpy as np
 from . import from_frames, qlib_format
 from .inputs import is_parquet, location
 from ..errors import InputError
-from ..store import lock, manifest as mf, universes, writer
+from ..store import collect, edit_manifest, lock, manifest as mf, prepare, universes
 from ..store.snapshot import open_store
 
 SYMBOL = ("symbol", "instrument", "code", "ticker")
@@ -299,7 +299,7 @@ def set_universe(store: str | os.PathLike, name: str, source: Any, *, wait: floa
     listings, described = read_source(source) if source is not None else ([], "")
     with lock.WriterLock(store_dir, wait=wait):
         with open_store(store_dir, verify=False) as st:
-            writer.prepare(store_dir, st.manifest)
+            prepare(store_dir, st.manifest)
             m = st.manifest
             days = st.calendar_days()
             last = np.datetime64(int(days[-1]), "D") if len(days) else None
@@ -313,14 +313,10 @@ def set_universe(store: str | os.PathLike, name: str, source: Any, *, wait: floa
                 entry = universes.encode(checked.spans, described)
             unchanged = entry is not None and (m.get(universes.KEY) or {}).get(name) == entry
             if not unchanged:
-                new = {k: v for k, v in m.items() if k != mf.CHECKSUM_KEY}
-                new.update(version=m["version"] + 1, updated_at=mf.now_iso())
-                new[universes.KEY] = universes.replaced(m, name, entry)
-                if not new[universes.KEY]:
-                    del new[universes.KEY]
-                m = writer.commit(store_dir, new)
+                m = edit_manifest(store_dir, m, {universes.KEY: universes.replaced(m, name, entry) or None},
+                                  crash="universe")
         if not unchanged:
-            writer.collect(store_dir, m)
+            collect(store_dir, m)
     if checked is None:
         return UniverseReport(store_dir, name, m["version"], removed=True)
     summary = universes.Universe.of(m, name, days).summary()

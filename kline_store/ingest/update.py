@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 
 from . import adjust, barsize, dates, exchanges, from_frames, grid, panel
-from ..store import NewVersion, TailAppend, bar_extent, collect, lock, manifest as mf, universes, writer
+from ..store import NewVersion, TailAppend, bar_extent, clean_staging, collect, lock, manifest as mf, prepare, universes
 from ..store import sessions, timeaxis
 from .bars import Axis, Bars, read_bars, read_calendar, where_day
 from ..errors import InputError
@@ -142,7 +142,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
     else:
         with lock.WriterLock(store_dir, wait=wait):
             with open_store(store_dir, verify=False) as old:
-                writer.prepare(store_dir, old.manifest)
+                prepare(store_dir, old.manifest)
                 plan, rebase = _plan(old, bars, extra_cal, exchange)
                 plan.calendar_source = str(calendar) if calendar is not None else None
                 if read.date_format:
@@ -154,7 +154,7 @@ def append_with(store: str | os.PathLike, inputs, read: ReadOptions, options: Ax
                     elif plan.mode == "rewrite":
                         committed = write_rewrite(store_dir, old, bars, plan, rebase)
                 finally:
-                    writer.clean_staging(store_dir)
+                    clean_staging(store_dir)
             if plan.mode != "none":
                 collect(store_dir, committed)   # files and copies no reader pins: a lock probe per file
             version = committed["version"]
@@ -326,7 +326,7 @@ def write_tail(store_dir: Path, old: Store, bars: Bars, plan: AppendPlan, rebase
     new = (plan.pos >= n_old) | (plan.sym >= n_old_rows)
     fresh = bars.subset(new)
     place = panel.BarPlacement.of(plan.sym[new], plan.pos[new], n_rows)
-    with TailAppend(store_dir, m, n_rows, n_new, nf, pinned=old._fd, crash="tail") as txn:
+    with TailAppend(store_dir, m, n_rows, n_new, nf, pinned=old.data_file_identity(), crash="tail") as txn:
         state = _write_tail_blocks(txn, old, fresh, place, plan)
     none = np.iinfo(np.int64).max
     fresh_first = np.full(n_rows, none)

@@ -151,18 +151,18 @@ def tail_ranges(stride: int, cell: int, n_old_rows: int, n_rows: int, n_old: int
 
 
 @contextlib.contextmanager
-def tail_append(store_dir: Path, path: Path, size: int, ranges: list[tuple[int, int]], pinned: int | None = None,
-                crash: str = "tail") -> Iterator[int]:
+def tail_append(store_dir: Path, path: Path, size: int, ranges: list[tuple[int, int]],
+                pinned: tuple[int, int] | None = None, crash: str = "tail") -> Iterator[int]:
     """The data file open for writing where no committed version looks (hold the lock): grown to ``size`` bytes
     (sparse), ``ranges`` reserved; the body pwrites; then fsync, so the data is durable before the manifest that
     shows it. On failure the file is cut back to its size (no version sees beyond it) and an OS error is one
-    line. ``pinned``: a descriptor of the file the caller read, which must still be this one."""
+    line. ``pinned``: (device, inode) of the file the caller read (Store.data_file_identity), which must still be
+    this one."""
     need = sum(length for _, length in ranges)
     with safefs.guard(store_dir, f"append to {path.name}", need):
         fd = safefs.open_entry(path, os.O_RDWR)
     try:
-        if pinned is not None and \
-                (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != (os.fstat(pinned).st_dev, os.fstat(pinned).st_ino):
+        if pinned is not None and (os.fstat(fd).st_dev, os.fstat(fd).st_ino) != tuple(pinned):
             raise StoreError(f"{path}: the data file was replaced during the append; nothing was written")
         size0 = os.fstat(fd).st_size
         try:

@@ -236,6 +236,14 @@ class Store:
         except (OSError, AttributeError):
             pass
 
+    def data_file_identity(self) -> tuple[int, int] | None:
+        """(device, inode) of the data file this store opened and pinned (None once closed): a writer that read
+        through this store checks that the file it appends to is still this one."""
+        if self._fd is None:
+            return None
+        st = os.fstat(self._fd)
+        return st.st_dev, st.st_ino
+
     def data_file_size(self) -> int:
         """Bytes of the data file this store opened and pinned (0 once closed)."""
         return os.fstat(self._fd).st_size if self._fd is not None else 0

@@ -5,6 +5,9 @@ A new version (``NewVersion``): numbers -> a new generation in staging -> rows w
 (``commit:copied``, ``commit:manifest-swapped``, ``commit:done``). On any failure the staging file is removed,
 or the data file moved in but never committed is; the current version stays.
 
+A manifest edit (``edit_manifest``): the next version over the same data file (``{crash}:edited``, then the
+commit's points).
+
 A tail append (``TailAppend``): new days of stored rows and whole new rows written into the current data file
 where no committed version looks (``{crash}:grown``, ``{crash}:cleared``, ``{crash}:written``), fsync'd, then the
 manifest that shows them is committed. On failure the file is cut back to its size.
@@ -72,6 +75,24 @@ def commit(store_dir: Path, manifest: dict) -> dict:
     crashpoint("commit:manifest-swapped")
     crashpoint("commit:done")
     return m
+
+
+def edit_manifest(store_dir: Path, m: dict, changes: dict[str, Any], *, crash: str) -> dict:
+    """Publish the next version with the manifest changed only (a universe set or removed): the same data file.
+
+    ``m``: the current manifest, read under the writer lock after ``prepare`` (so no uncommitted copy holds the
+    next number); ``changes``: keys to set, or to remove where the value is None. Crash points
+    ``{crash}:edited``, then commit's. Returns the manifest as published.
+    """
+    new = {k: v for k, v in m.items() if k != mf.CHECKSUM_KEY}
+    new.update(version=m["version"] + 1, updated_at=mf.now_iso())
+    for key, value in changes.items():
+        if value is None:
+            new.pop(key, None)
+        else:
+            new[key] = value
+    crashpoint(f"{crash}:edited")
+    return commit(store_dir, new)
 
 
 def discard_uncommitted(store_dir: Path, data_name: str | None) -> None:
@@ -165,14 +186,15 @@ class TailAppend:
         store_dir: the store (under the caller's writer lock).
         m: the current manifest (its data file, row checksums, date capacity, version).
         n_rows, n_dates, n_fields: the shape the new version holds (rows and days only grow).
-        pinned: a descriptor of the data file the caller read, which must still be this one.
+        pinned: (device, inode) of the data file the caller read (``Store.data_file_identity()``), which must
+            still be this one.
         crash: the writer's name in its crash points (``{crash}:grown``, ``:cleared``, ``:written``).
 
     Inside, ``write(lo, cells, day0)`` the cells; after the block (the file fsync'd), ``commit(**fields)``.
     """
 
     def __init__(self, store_dir: Path, m: dict, n_rows: int, n_dates: int, n_fields: int, *,
-                 pinned: int | None = None, crash: str) -> None:
+                 pinned: tuple[int, int] | None = None, crash: str) -> None:
         self.store_dir, self.old, self.n_rows = store_dir, m, n_rows
         self.capacity = m["shape"]["date_capacity"]
         self.stride, self.cell = self.capacity * n_fields * 4, n_fields * 4

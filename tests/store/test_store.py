@@ -316,6 +316,8 @@ def test_the_data_file_is_advised_and_sized_through_the_store(tmp_path):
     st.advise_file([(0, st.data_file_size())], "dontneed")
     with pytest.raises(InputError, match="advice='random'"):
         st.advise_file([(0, 4096)], "random")
+    stat = os.stat(st.data_file)
+    assert st.data_file_identity() == (stat.st_dev, stat.st_ino)
     st.close()
-    assert st.data_file_size() == 0
+    assert st.data_file_size() == 0 and st.data_file_identity() is None
     st.advise_file([(0, 4096)], "dontneed")   # a closed store: nothing to advise, no error

@@ -76,6 +76,24 @@ def test_a_tail_append_extends_in_place_and_a_failure_cuts_the_file_back(tmp_pat
     assert verify_store(s) == []
 
 
+def test_a_tail_append_refuses_a_data_file_replaced_since_it_was_read(tmp_path):
+    """The appender read the store through one data file; if another file now has its name, nothing is written."""
+    from kline_store.errors import StoreError
+
+    s = create_store(tmp_path / "s", panel(2, 5), ["S0", "S1"], DATES[:5], FIELDS, capacity=20)
+    st = open_store(s)
+    m, read_through = st.manifest, st.data_file_identity()
+    data = s / m["data"]["file"]
+    before = data.read_bytes()
+    data.rename(s / "moved")
+    data.write_bytes(before)                                             # same bytes, another file
+    with WriterLock(s), pytest.raises(StoreError, match="replaced during the append; nothing was written"):
+        with TailAppend(s, m, 2, 8, 2, pinned=read_through, crash="test") as txn:
+            txn.write(0, panel(2, 3, 50.0), 5)
+    assert data.read_bytes() == before
+    st.close()
+
+
 @pytest.mark.parametrize("point", ["create:filled", "create:data-in-place", "commit:copied"])
 def test_kill9_in_create_store_leaves_the_old_version(tmp_path, point):
     s = create_store(tmp_path / "s", panel(2, 5), ["S0", "S1"], DATES[:5], FIELDS)
