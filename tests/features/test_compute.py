@@ -271,3 +271,31 @@ def test_replaced_files_are_removed_off_the_critical_path(history, tmp_path):
     assert len(list((tmp_path / "f").glob("data-*"))) == 1
     assert len(list((tmp_path / "f" / "versions").iterdir())) <= 1
     assert same(panel(tmp_path / "f"), first)
+
+
+@pytest.mark.parametrize("step", [1, 3, 4, 50])
+def test_placed_pieces_are_the_stored_layout(step):
+    """The blocked layout copy the writers take a few symbols at a time: each field at its own day (a field
+    looking ahead stored that many bars later, NaN before), every row and field, whatever the step and the
+    first day read (d0) or written (u0)."""
+    from kline_store.features.compute import place_cells, placed
+
+    plan = make_plan([], {"A": "$close", "B": "Ref($close, -1)", "C": "$open"}, label="Ref($close, -2)")
+    aheads = [f.lookahead for f in plan.fields]
+    rng = np.random.default_rng(step)
+    n_f, n_rows, d0, u0, u1 = len(plan.fields), 7, 3, 5, 12
+    vals = rng.normal(size=(n_f, n_rows, u1 - d0)).astype(np.float32)
+    want = np.full((n_rows, u1 - u0, n_f), np.nan, dtype=np.float32)
+    for k, a in enumerate(aheads):
+        for u in range(u0, u1):
+            if u - a >= d0:
+                want[:, u - u0, k] = vals[k, :, u - a - d0]
+    got = np.full_like(want, 7.0)
+    rows_seen = []
+    for r0, cells in placed(vals, d0, u0, u1, plan, step):
+        assert cells.shape[0] <= step and cells.flags.c_contiguous
+        got[r0: r0 + len(cells)] = cells
+        rows_seen += range(r0, r0 + len(cells))
+    assert rows_seen == list(range(n_rows))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(place_cells(vals, d0, u0, u1, plan), want)
