@@ -18,7 +18,7 @@ from kline_store.features.window import Span, mask
 pytestmark = pytest.mark.skipif(kernels._load() is False, reason="numba is not installed")
 
 SINGLE = ["Quantile", "Med", "Rank", "IdxMax", "IdxMin", "Max", "Min", "Mean", "Sum", "Std", "Var", "Count",
-          "Slope", "Rsquare", "Resi"]
+          "Slope", "Rsquare", "Resi", "Skew", "Kurt", "Mad", "WMA", "EMA"]
 PAIRED = ["Corr", "Cov"]
 SPECIAL = [0.0, -0.0, 1.0, 2.5, -3.0, 1e6, 1e-30, float("inf"), float("-inf")]
 
@@ -64,6 +64,8 @@ def test_compiled_equals_torch(monkeypatch, panel, other, op, n, q):
         args = [x, y.contiguous().to(x.dtype)]
     n = max(n, 1) if op == "Rank" and n == 0 else n
     params = (n, q) if op == "Quantile" else (n,)
+    if op == "EMA" and 0 < q < 1:
+        params = (q,)  # EMA's alpha form
     want = _run("torch", monkeypatch, op, args, params, first, last)
     got = _run("numba", monkeypatch, op, args, params, first, last)
     assert _same(want, got), (op, params, want, got)
