@@ -31,6 +31,7 @@ from ..progress import Progress, silenced
 from ..store import NewVersion, TailAppend, identity, lock, manifest as mf, reclaim, safefs, whole_store, writer as W
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
+from .pagecache import Recycler
 from .evaluate import evaluate
 from .nodes import Node, fields_of
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
@@ -293,11 +294,13 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     with NewVersion(out, st.n_symbols, st.n_dates, len(plan.fields), capacity or st.date_capacity,
                     crash="features") as txn:
         cross = cross_inputs(st, plan, index, device, rows)
+        recycle = Recycler(txn.gen.fd, txn.gen.stride, st.n_symbols * st.n_dates * len(plan.fields) * 4)
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
             vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads)
             for r0, cells in placed(vals, 0, 0, st.n_dates, plan):
                 txn.write(lo + r0, cells)
+            recycle.written(lo, sl.stop)
         m = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
                        last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=txn.created_at,
                        sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))

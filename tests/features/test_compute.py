@@ -5,6 +5,7 @@ refused in one line."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,27 @@ def test_blocks_do_not_change_values(history, tmp_path):
     compute_features(base, tmp_path / "one", sets=[], exprs=SMALL, block_symbols=1)
     compute_features(base, tmp_path / "all", sets=[], exprs=SMALL)
     assert same(panel(tmp_path / "one"), panel(tmp_path / "all"))
+
+
+def test_a_store_written_out_of_the_page_cache_is_the_same(history, tmp_path, monkeypatch):
+    """The page-cache recycling of large stores (each block's pages sent to disk and dropped one block later)
+    writes the same cells and checksums as a store kept cached."""
+    from kline_store.features import pagecache
+    from kline_store.store import manifest as mf
+
+    _, frames = history
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    compute_features(base, tmp_path / "cached", sets=[], exprs=SMALL, block_symbols=2)
+    calls, fadvise = [], os.posix_fadvise
+    monkeypatch.setattr(pagecache, "SHARE", 0.0)
+    monkeypatch.setattr(os, "posix_fadvise", lambda *a: calls.append(a[1:]) or fadvise(*a))
+    compute_features(base, tmp_path / "dropped", sets=[], exprs=SMALL, block_symbols=2)
+    dropped = [c for c in calls if c[-1] == os.POSIX_FADV_DONTNEED]
+    assert len(dropped) == -(-len(frames) // 2) - 1   # every block but the last, one block behind
+    assert same(panel(tmp_path / "cached"), panel(tmp_path / "dropped"))
+    a, b = (mf.read_manifest(tmp_path / n)["data"] for n in ("cached", "dropped"))
+    assert a["row_crc32"] == b["row_crc32"] and a["checksum"] == b["checksum"]
 
 
 def test_plan_errors_are_one_line():
