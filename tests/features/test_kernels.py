@@ -112,3 +112,24 @@ def test_threads_give_the_same_values():
         assert torch.get_num_threads() == before
     with pytest.raises(InputError, match="threads"):
         evaluate(exprs, vals, first, last, threads=0)
+
+
+def test_the_garbage_collector_is_paused_during_a_pass_only():
+    """evaluate pauses Python's cyclic collector while its blocks run and leaves it as the caller had it."""
+    import gc
+
+    from kline_store.features import evaluate as ev
+
+    x = torch.rand(3, 30)
+    first, last = torch.zeros(3, dtype=torch.long), torch.full((3,), 29)
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            ev.evaluate({"A": "Mean($close, 5)"}, {"close": x}, first, last, threads=1)
+            assert gc.isenabled() is state
+            with ev._one_intra_op_thread():
+                assert not gc.isenabled()
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if was else gc.disable)()
