@@ -163,7 +163,7 @@ class Cross:
 
 def _block(st: Store, rows: slice, d0: int, exprs: dict[str, Node], index: dict[str, int], device: torch.device,
            extra: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
-           threads: int | None = None) -> torch.Tensor:
+           threads: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
     values = {name: torch.from_numpy(np.ascontiguousarray(block[:, :, k])).to(device)
               for name, k in index.items()}
@@ -172,18 +172,21 @@ def _block(st: Store, rows: slice, d0: int, exprs: dict[str, Node], index: dict[
         values = {"__none__": torch.full(block.shape[:2], float("nan"), device=device)}
     first, last = spans(st, d0)
     ev = evaluate(exprs, values, torch.from_numpy(first[rows]), torch.from_numpy(last[rows]), dtype=dtype,
-                  threads=threads)
+                  threads=threads, out=out)
     return ev.values.permute(2, 0, 1)                  # evaluate's own layout: no copy
 
 
 def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
-                   device: torch.device, cross: Cross | None = None, threads: int | None = None) -> np.ndarray:
+                   device: torch.device, cross: Cross | None = None, threads: int | None = None,
+                   out: torch.Tensor | None = None) -> np.ndarray:
     """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
     [fields, rows, days] float32, each at the day it describes (not yet shifted). A plan with cross-sectional
-    operators needs ``cross`` (cross_inputs) for the same ``d0``. threads: evaluate's."""
+    operators needs ``cross`` (cross_inputs) for the same ``d0``. threads: evaluate's. out: a buffer the
+    previous block's values were in, reused when large enough (a fresh one each block is fresh memory to
+    fault in: kernel time, most of all on a virtual machine)."""
     exprs = cross.exprs if cross is not None else {f.name: f.node for f in plan.fields}
     return _block(st, rows, d0, exprs, index, device, cross.values if cross is not None else {},
-                  threads=threads).cpu().numpy()
+                  threads=threads, out=out).cpu().numpy()
 
 
 def cross_inputs(st: Store, plan: FeaturePlan, index: dict[str, int], device: torch.device, rows: int,
@@ -295,9 +298,11 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
                     crash="features") as txn:
         cross = cross_inputs(st, plan, index, device, rows)
         recycle = Recycler(txn.gen.fd, txn.gen.stride, st.n_symbols * st.n_dates * len(plan.fields) * 4)
+        buffer = torch.from_numpy(np.empty((len(plan.fields), min(rows, st.n_symbols), st.n_dates), np.float32)) \
+            if device.type == "cpu" else None         # every block's values: one allocation, not one a block
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
-            vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads)
+            vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads, buffer)
             for r0, cells in placed(vals, 0, 0, st.n_dates, plan):
                 txn.write(lo + r0, cells)
             recycle.written(lo, sl.stop)

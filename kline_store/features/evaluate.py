@@ -177,6 +177,14 @@ def _empty(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> 
     return torch.from_numpy(np.empty(shape, dtype=as_numpy))
 
 
+def _buffer(given: Tensor | None, shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
+    """The leading [shape] of ``given`` when it is large enough, else a new tensor (``_empty``)."""
+    if given is None or given.dtype != dtype or given.device != device or given.dim() != 3 or \
+            given.shape[0] != shape[0] or given.shape[2] != shape[2] or given.shape[1] < shape[1]:
+        return _empty(shape, dtype, device)
+    return given[:, : shape[1]]
+
+
 def _scalar(value: int | float) -> int | float:
     """A constant as torch takes it: an integer past int64 (1e30 written out) as the float it is anyway."""
     return float(value) if isinstance(value, int) and abs(value) >= 2 ** 53 else value
@@ -231,7 +239,8 @@ def _one_intra_op_thread():
 
 def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Tensor], first: Tensor,
              last: Tensor, symbols_per_pass: int | None = None, members: Tensor | None = None,
-             dtype: torch.dtype = torch.float32, threads: int | None = None) -> Evaluation:
+             dtype: torch.dtype = torch.float32, threads: int | None = None,
+             out: Tensor | None = None) -> Evaluation:
     """Evaluate the expressions (a name -> expression mapping, or a list named by the expressions' text) on
     one block: values field -> [S, T], first/last [S]. Each distinct subexpression is computed once, and
     freed as soon as nothing left needs it. symbols_per_pass bounds memory on a large panel (symbols interact
@@ -239,7 +248,9 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
     the same values). members: bool [S, T], a universe's member days: cross-sections hold those only
     (other cells of a cross-sectional operator are NaN). dtype: of the values returned. threads (default:
     torch.get_num_threads()): on the CPU, blocks of symbols run side by side, one task a block, each with one
-    torch thread; the values are the same whatever the count."""
+    torch thread; the values are the same whatever the count. out: a buffer to reuse for the values, at least
+    [n_expr, S, T] of ``dtype`` on the values' device (its leading part is used; a caller evaluating block
+    after block saves a fresh allocation each time)."""
     named = _named(exprs)
     roots = [parse(e) if isinstance(e, str) else e for e in named.values()]
     n_sym, n_bars = _check(values, first, last)
@@ -258,7 +269,7 @@ def evaluate(exprs: Mapping[str, Expr] | Sequence[Expr], values: Mapping[str, Te
         wanted = frozenset().union(*(fields_of(r) for r in roots))
         order, _ = _order(roots)
     # Expression-major while computing (each result one contiguous write), [S, T, n_expr] once at the end.
-    out = _empty((len(roots), n_sym, n_bars), dtype, sample.device)
+    out = _buffer(out, (len(roots), n_sym, n_bars), dtype, sample.device)
     tasks = [slice(s0, min(n_sym, s0 + step)) for s0 in range(0, n_sym, step)]
 
     def task(rows: slice) -> None:

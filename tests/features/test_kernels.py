@@ -133,3 +133,21 @@ def test_the_garbage_collector_is_paused_during_a_pass_only():
             assert gc.isenabled() is state
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def test_evaluate_reuses_a_buffer_it_is_given():
+    """out=: the values land in the leading part of a large enough buffer (same values as without one); a
+    buffer of another shape or dtype is left alone."""
+    from kline_store.features.evaluate import evaluate
+
+    x = torch.rand(5, 40)
+    x[1, 3:9] = float("nan")
+    first, last = torch.zeros(5, dtype=torch.long), torch.full((5,), 39)
+    exprs = {"A": "Mean($close, 5)", "B": "Skew($close, 10)"}
+    want = evaluate(exprs, {"close": x}, first, last, threads=1).values
+    buf = torch.full((2, 8, 40), 7.0)
+    got = evaluate(exprs, {"close": x}, first, last, threads=1, out=buf).values
+    assert got.data_ptr() == buf.data_ptr() and _same(want, got)
+    small = torch.full((2, 4, 40), 7.0)
+    got = evaluate(exprs, {"close": x}, first, last, threads=1, out=small).values
+    assert got.data_ptr() != small.data_ptr() and _same(want, got) and bool((small == 7).all())
