@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -24,9 +25,10 @@ SIDE = ROOT / "scripts" / "kunquant_side.py"
 FIELDS = ("open", "high", "low", "close", "volume")
 
 
-def _kunquant(npz: Path, dtype: str, cache: Path, rounds: int = 1) -> dict:
+def _kunquant(npz: Path, dtype: str, cache: Path, rounds: int = 1, block: int | None = None) -> dict:
     done = subprocess.run([str(KQ_PY), str(SIDE), str(npz), "--dtype", dtype, "--rounds", str(rounds),
-                           "--cache", str(cache)], capture_output=True, text=True)
+                           "--cache", str(cache), *(["--block", str(block)] if block else [])],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"kunquant_side.py failed: {done.stderr[-600:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -125,24 +127,28 @@ def threads_rows(store: Path, rounds: int) -> dict:
     return out
 
 
+def synthetic_panel(n_sym: int, n_days: int, nan_rate: float = 0.095, seed: int = 0) -> dict[str, np.ndarray]:
+    """open, high, low, close, volume [n_sym, n_days] float32 with nan_rate of the cells missing (late
+    listings: ~nan_rate / 2 of the cells, suspensions: the other half), and ``first`` (each symbol's listing)."""
+    rng = np.random.default_rng(seed)
+    close = 10 * np.exp(np.cumsum(rng.normal(0, 0.02, (n_sym, n_days)), axis=1))
+    opn = close * np.exp(rng.normal(0, 0.01, close.shape))
+    data = {"open": opn, "high": np.maximum(opn, close) * 1.01, "low": np.minimum(opn, close) * 0.99,
+            "close": close, "volume": np.round(rng.lognormal(10, 1, close.shape), -2)}
+    first = rng.integers(0, int(n_days * nan_rate), n_sym)
+    gone = rng.uniform(size=close.shape) < nan_rate / 2
+    gone |= np.arange(n_days)[None, :] < first[:, None]
+    out = {k: np.where(gone, np.nan, v).astype(np.float32) for k, v in data.items()}
+    return {**out, "first": first}
+
+
 def synthetic(work: Path, n_sym: int, n_days: int, nan_rate: float = 0.095) -> dict:
     """evaluate alone (one thread, a child process: CPU seconds and peak RSS) against KunQuant f64/f32 on a
     synthetic [n_sym, n_days] panel with nan_rate of its cells missing (late listings and suspensions)."""
     if not KQ_PY.exists():
         return {"skipped": f"KunQuant's python not found at {KQ_PY}"}
-    rng = np.random.default_rng(0)
-    close = 10 * np.exp(np.cumsum(rng.normal(0, 0.02, (n_sym, n_days)), axis=1))
-    opn = close * np.exp(rng.normal(0, 0.01, close.shape))
-    data = {"open": opn, "high": np.maximum(opn, close) * 1.01, "low": np.minimum(opn, close) * 0.99,
-            "close": close, "volume": np.round(rng.lognormal(10, 1, close.shape), -2)}
-    first = rng.integers(0, int(n_days * nan_rate), n_sym)   # late listings: ~nan_rate / 2 of the cells
-    gone = rng.uniform(size=close.shape) < nan_rate / 2      # suspensions: the other half
-    for v in data.values():
-        v[gone] = np.nan
-        v[np.arange(n_days)[None, :] < first[:, None]] = np.nan
     npz = work / "syn.npz"
-    np.savez(npz, **{k: v.astype(np.float32) for k, v in data.items()}, first=first)
-    del data, close, opn
+    np.savez(npz, **synthetic_panel(n_sym, n_days, nan_rate))
     code = (
         "import json, sys, time, numpy as np, torch\n"
         "from kline_store.features.evaluate import evaluate\n"
@@ -166,6 +172,50 @@ def synthetic(work: Path, n_sym: int, n_days: int, nan_rate: float = 0.095) -> d
     return {"symbols": n_sym, "days": n_days, "nan_rate": nan_rate, "evaluate": ours,
             "kunquant_f64": {k: kq["double"][k] for k in ("cpu_s", "wall_s", "peak_rss_mib", "compile_s")},
             "kunquant_f32": {k: kq["float"][k] for k in ("cpu_s", "wall_s", "peak_rss_mib", "compile_s")}}
+
+
+# compute_features in a child on one thread: process CPU seconds (its background threads included: the
+# writer's, the removal of a replaced version's files) and the peak RSS of the process.
+_COMPUTE_CHILD = (
+    "import json, sys, time, torch\n"
+    "import kline_store as ks\n"
+    "from kline_store.features.evaluate import evaluate\n"
+    "from kline_store.features.sets import alpha158, label\n"
+    "x = torch.rand(8, 80); x[0, :3] = float('nan')\n"        # numba's kernels loaded from its cache
+    "evaluate({**alpha158(), **label()}, {k: x + 1 for k in ('open', 'high', 'low', 'close', 'volume')},\n"
+    "         torch.zeros(8, dtype=torch.long), torch.full((8,), 79), threads=1)\n"
+    "c = time.process_time(); t = time.perf_counter()\n"
+    "ks.compute_features(sys.argv[1], sys.argv[2], sets=['alpha158'], threads=1)\n"
+    "c, t = time.process_time() - c, time.perf_counter() - t\n"
+    "from kline_store.store import reclaim; reclaim.wait()\n"
+    "hwm = [int(l.split()[1]) / 1024 for l in open('/proc/self/status') if l.startswith('VmHWM:')][0]\n"
+    "print(json.dumps({'cpu_s': c, 'wall_s': t, 'peak_rss_mib': hwm}))\n")
+
+
+def scale_rows(work: Path, store: Path, npz: Path, block: int) -> dict:
+    """The synthetic panel at scale, one thread: compute_features (+ LABEL0, the store written; a child) and
+    KunQuant's Alpha158 f64 and f32 over the same panel, ``block`` symbols a runGraph call (its outputs of one
+    block reused: the whole f64 output of 5,000 x 2,500 would be 15.8 GB), CPU seconds summed over the blocks;
+    its compile time taken apart on a small panel."""
+    done = subprocess.run([sys.executable, "-c", _COMPUTE_CHILD, str(store), str(work / "feats_1t")],
+                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if done.returncode != 0:
+        raise RuntimeError(f"compute_features on the synthetic panel failed: {done.stderr[-600:]}")
+    out = {"compute_features": json.loads(done.stdout.strip().splitlines()[-1])}
+    shutil.rmtree(work / "feats_1t", ignore_errors=True)
+    if not KQ_PY.exists():
+        return {**out, "kunquant": f"skipped: KunQuant's python not found at {KQ_PY}"}
+    d = np.load(npz)
+    small = work / "kq_small.npz"
+    np.savez(small, **{k: d[k][:8, :100] for k in FIELDS})
+    cache = work / "kq_cache"
+    for dtype, key in (("double", "kunquant_f64"), ("float", "kunquant_f32")):
+        compile_s = _kunquant(small, dtype, cache)["compile_s"]
+        r = _kunquant(npz, dtype, cache, block=block)
+        out[key] = {"cpu_s": r["cpu_s"][0], "wall_s": r["wall_s"][0], "peak_rss_mib": r["peak_rss_mib"],
+                    "compile_s": compile_s, "block": r["block"]}
+    out["ratio_compute_to_kunquant_f64"] = out["compute_features"]["cpu_s"] / out["kunquant_f64"]["cpu_s"]
+    return out
 
 
 def lines(res: dict) -> list[str]:
@@ -199,4 +249,20 @@ def lines(res: dict) -> list[str]:
                    f"({s['kunquant_f64']['peak_rss_mib']:.0f} MiB), f32 {s['kunquant_f32']['cpu_s'][0]:.1f} CPU s")
     elif s:
         out.append(f"synthetic: {s}")
+    r = (res.get("scale") or {}).get("one_thread")
+    if r:
+        c = r["compute_features"]
+        out.append(f"scale, one thread ({res['scale']['symbols']} x {res['scale']['days']}, "
+                   f"{100 * res['scale']['nan_rate']:.1f}% NaN; process CPU s, wall s):")
+        out.append(f"  kline-store compute_features (+ LABEL0, store written): {c['cpu_s']:.1f} CPU s, "
+                   f"{c['wall_s']:.1f} wall s, peak RSS {c['peak_rss_mib']:.0f} MiB")
+        for key, name in (("kunquant_f64", "KunQuant 0.1.12 f64"), ("kunquant_f32", "KunQuant 0.1.12 f32")):
+            k = r.get(key)
+            if k:
+                out.append(f"  {name} ({k['block']} symbols a call): {k['cpu_s']:.1f} CPU s, {k['wall_s']:.1f} "
+                           f"wall s, peak RSS {k['peak_rss_mib']:.0f} MiB; compile {k['compile_s']:.1f} s apart")
+        if "ratio_compute_to_kunquant_f64" in r:
+            out.append(f"  compute_features / KunQuant f64 CPU: {r['ratio_compute_to_kunquant_f64']:.2f}")
+        elif "kunquant" in r:
+            out.append(f"  KunQuant: {r['kunquant']}")
     return out

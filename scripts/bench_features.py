@@ -6,15 +6,19 @@
    and LABEL0 with D.features after qlib.init; ks.compute_features computes the same into a features store in a
    warm process (torch imported, one call made before). Each side's best of --repeat, and each side as a whole
    command (interpreter start-up, imports and init included) with its peak RSS.
-2. A synthetic store of --symbols x --days (default 5,000 x 2,500): the full computation's time and peak RSS
-   (a child process), then one appended day and `update_features`: the update's share of the full time.
+2. A synthetic store of --symbols x --days (default 5,000 x 2,500, ~9.5% of the cells missing: late listings
+   and suspensions): on one thread compute_features (a child: process CPU s, wall, peak RSS) against KunQuant
+   f64 and f32 over the same panel, --kunquant-block symbols a call (outputs discarded; compile time apart);
+   then the features command (default threads) as a process, one appended day and `update_features`: the
+   update's share of the full time. --scale-only skips 1 and 3; --scale-one-thread-only keeps the one-thread rows.
 
 3. KunQuant 0.1.12 (its own virtualenv, scripts/_kunquant_env.sh): Alpha158 on one thread beside ours on the
    real panel (interleaved rounds, process CPU seconds; see _bench_kunquant.py), evaluate on 1 and 2 threads
    without and with a CPU hog on one core, and with --kunquant-synthetic SxT a synthetic panel with 9.5% NaN.
 
     python scripts/bench_features.py [--repeat 3] [--symbols 5000 --days 2500] [--skip-qlib] [--skip-scale]
-                                     [--skip-kunquant] [--kunquant-synthetic 5000x2500]
+                                     [--skip-kunquant] [--kunquant-synthetic 5000x2500] [--scale-only]
+                                     [--scale-one-thread-only] [--kunquant-block 256]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_ingest import make_csv, run  # noqa: E402
+from bench_ingest import run  # noqa: E402
 import _bench_kunquant as kunquant  # noqa: E402
 
 REAL = Path(os.environ.get("KLINE_REAL_DATA", ROOT.parent / "shared" / "data" / "real"))
@@ -133,19 +137,43 @@ def qlib_comparison(work: Path, repeat: int, skip_qlib: bool) -> dict:
     return out
 
 
-def scale(work: Path, n_sym: int, n_days: int) -> dict:
+def _long_frame(data: dict, d0: int, d1: int):
+    """The panel's present cells on days d0 .. d1 as long daily bars (ts_code, trade_date, OHLC, vol)."""
+    import numpy as np
     import polars as pl
 
-    csv = work / "all.csv"
-    make_csv(csv, n_sym, n_days + 1)
-    df = pl.read_csv(csv, schema_overrides={"trade_date": pl.Int64})
-    last = df["trade_date"].max()
-    df.filter(pl.col("trade_date") < last).write_csv(work / "history.csv")
-    df.filter(pl.col("trade_date") == last).write_csv(work / "day.csv")
-    del df
-    csv.unlink()
+    n_sym, n_all = data["close"].shape
+    days = np.arange(np.datetime64("2010-01-04"), np.datetime64("2010-01-04") + n_all * 7 // 5 + 10)
+    days = days[np.is_busday(days)][:n_all]
+    ymd = (days.astype("datetime64[D]").astype(object))
+    ymd = np.array([d.year * 10000 + d.month * 100 + d.day for d in ymd], dtype=np.int64)[d0:d1]
+    here = ~np.isnan(data["close"][:, d0:d1])
+    sym, day = np.nonzero(here)
+    codes = np.array([f"{s:06d}.SZ" for s in range(n_sym)])
+    cols = {k: data[k][:, d0:d1][here] for k in ("open", "high", "low", "close")}
+    return pl.DataFrame({"ts_code": codes[sym], "trade_date": ymd[day], **cols, "vol": data["volume"][:, d0:d1][here]})
+
+
+def scale(work: Path, n_sym: int, n_days: int, kq_block: int, one_thread_only: bool = False) -> dict:
+    """A synthetic store of n_sym x n_days with ~9.5% of its cells missing (late listings, suspensions): on one
+    thread compute_features against KunQuant f64/f32 (in blocks of symbols) over the same panel; then the
+    features command (default threads) as a process, one appended day and update_features."""
+    import numpy as np
+
+    data = kunquant.synthetic_panel(n_sym, n_days + 1)
+    npz = work / "panel.npz"
+    np.savez(npz, **{k: data[k][:, :n_days] for k in kunquant.FIELDS})
+    _long_frame(data, 0, n_days).write_parquet(work / "history.parquet")
+    _long_frame(data, n_days, n_days + 1).write_csv(work / "day.csv")
+    nan_rate = float(np.isnan(data["close"][:, :n_days]).mean())
+    del data
     exe = [sys.executable, "-m", "kline_store.cli"]
-    run(exe + ["ingest", str(work / "history.csv"), "-o", str(work / "base"), "-q"])
+    run(exe + ["ingest", str(work / "history.parquet"), "-o", str(work / "base"), "-q"])
+    out = {"symbols": n_sym, "days": n_days, "fields": 159, "nan_rate": nan_rate,
+           "one_thread": kunquant.scale_rows(work, work / "base", npz, kq_block)}
+    npz.unlink()
+    if one_thread_only:
+        return out
     full_s, full_rss = command(["features", str(work / "base"), "-o", str(work / "feats"), "-q"], work)
     out_bytes = sum(p.stat().st_blocks * 512 for p in (work / "feats").glob("data-*.f32"))
     run(exe + ["append", str(work / "base"), str(work / "day.csv"), "-q"])
@@ -155,9 +183,8 @@ def scale(work: Path, n_sym: int, n_days: int) -> dict:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     upd = json.loads(done.stdout.strip().splitlines()[-1])
     upd_cmd_s, _ = command(["features", str(work / "feats"), "--update", "-q"], work)   # nothing new: start-up
-    return {"symbols": n_sym, "days": n_days, "fields": 159, "full_command_s": full_s,
-            "full_peak_rss_mib": full_rss, "output_gib": out_bytes / 2**30, "update_s": upd["s"],
-            "update_mode": upd["mode"], "update_share_of_full": upd["s"] / full_s,
+    return {**out, "full_command_s": full_s, "full_peak_rss_mib": full_rss, "output_gib": out_bytes / 2**30,
+            "update_s": upd["s"], "update_mode": upd["mode"], "update_share_of_full": upd["s"] / full_s,
             "noop_update_command_s": upd_cmd_s}
 
 
@@ -170,12 +197,18 @@ def main() -> None:
     ap.add_argument("--skip-scale", action="store_true")
     ap.add_argument("--skip-kunquant", action="store_true")
     ap.add_argument("--kunquant-synthetic", metavar="SxT", help="also a synthetic panel, e.g. 5000x2500")
+    ap.add_argument("--scale-only", action="store_true",
+                    help="only the synthetic --symbols x --days panel (no real panel, no Qlib)")
+    ap.add_argument("--scale-one-thread-only", action="store_true",
+                    help="at scale, only the one-thread rows (compute_features against KunQuant)")
+    ap.add_argument("--kunquant-block", type=int, default=256,
+                    help="symbols a KunQuant call at scale (a multiple of 8; default 256)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kline-features-"))
     try:
-        res = {"load_before": os.getloadavg()[0], "qlib_comparison": qlib_comparison(work / "q", a.repeat,
-                                                                                     a.skip_qlib)}
+        res = {"load_before": os.getloadavg()[0], "qlib_comparison": {"skipped": "--scale-only"} if a.scale_only
+               else qlib_comparison(work / "q", a.repeat, a.skip_qlib)}
         if not a.skip_kunquant and (work / "q" / "ashare").is_dir():
             res["kunquant"] = kunquant.side_by_side(work / "q" / "ashare", work, a.repeat)
             res["threads"] = kunquant.threads_rows(work / "q" / "ashare", a.repeat)
@@ -184,7 +217,7 @@ def main() -> None:
             res["kunquant_synthetic"] = kunquant.synthetic(work, n_sym, n_days)
         if not a.skip_scale:
             (work / "s").mkdir()
-            res["scale"] = scale(work / "s", a.symbols, a.days)
+            res["scale"] = scale(work / "s", a.symbols, a.days, a.kunquant_block, a.scale_one_thread_only)
         res["load_after"] = os.getloadavg()[0]
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -212,7 +245,7 @@ def main() -> None:
     for line in kunquant.lines(res):
         print(line)
     s = res.get("scale")
-    if s:
+    if s and "full_command_s" in s:
         print(f"scale: {s['symbols']} x {s['days']} x {s['fields']} fields ({s['output_gib']:.1f} GiB written): "
               f"{s['full_command_s']:.1f} s, peak RSS {s['full_peak_rss_mib']:.0f} MiB; one appended day: "
               f"update {s['update_s']:.2f} s ({s['update_mode']}), {100 * s['update_share_of_full']:.2f}% of the "

@@ -43,7 +43,7 @@ LAYERS = {
                 "bench_report", "bench", "__init__"],
     "features": ["nodes", "fold", "parse", "window", "compiled", "kernels", "moments", "infinity", "rolling", "smooth",
                  "cross_section", "ops", "stages", "evaluate", "alpha101", "sets",
-                 "plan", "compute", "processors", "fit", "process", "__init__"],
+                 "plan", "pagecache", "compute", "processors", "fit", "process", "__init__"],
     "cli": ["perf", "features", "options", "main", "__init__", "__main__"],
 }
 

@@ -374,3 +374,112 @@ def pair_tail(cnt, sa, sb, co, s2a, s2b, flat_a, flat_b, corr, num, prod):
                 sbb = 0.0
             prod[s, t] = saa * sbb
             num[s, t] = sab if (c >= 2 and saa != 0 and sbb != 0) else np.nan
+
+
+# Whole-window statistics about the window's own mean (rolling.r_skew, r_kurt, r_mad): slot k of the window
+# ending at t reads bar t - n + 1 + k (invalid before the block, as rolling's NaN padding); sums oldest slot
+# first, like moments.oldest_first in the torch code.
+
+
+@numba.njit(**_JIT)
+def central_sums(x, n, power, out):
+    """out[s, t] = (count, sum d * d, sum p) over the window's valid values, d = x - mean (0 for a NaN slot),
+    p = d * d * d (power 3), (d * d) * (d * d) (power 4) or |d| (power 1); mean = (sum of valid x) / count."""
+    n_sym, n_bars = x.shape
+    cnt, tot, s2, sp = np.empty(n_bars), np.empty(n_bars), np.empty(n_bars), np.empty(n_bars)
+    for s in range(n_sym):
+        row = x[s]
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            for t in range(min(lag, n_bars)):  # the slot lies before the block: a NaN slot, term +0.0
+                cnt[t] = 0.0 if first else cnt[t]
+                tot[t] = 0.0 if first else tot[t] + 0.0
+            if lag < n_bars:
+                src, c, a = row[: n_bars - lag], cnt[lag:], tot[lag:]
+                for t in range(n_bars - lag):
+                    v = src[t]
+                    ok = not math.isnan(v)
+                    term = v if ok else 0.0
+                    c[t] = (1.0 if ok else 0.0) if first else c[t] + (1.0 if ok else 0.0)
+                    a[t] = term if first else a[t] + term
+        for t in range(n_bars):
+            tot[t] = tot[t] / cnt[t]  # the mean
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            for t in range(min(lag, n_bars)):
+                d = 0.0
+                d2 = d * d
+                p = abs(d) if power == 1 else (d2 * d if power == 3 else d2 * d2)
+                s2[t] = d2 if first else s2[t] + d2
+                sp[t] = p if first else sp[t] + p
+            if lag < n_bars:
+                src, mean, a2, ap = row[: n_bars - lag], tot[lag:], s2[lag:], sp[lag:]
+                for t in range(n_bars - lag):
+                    v = src[t]
+                    d = v - mean[t] if not math.isnan(v) else 0.0
+                    d2 = d * d
+                    p = abs(d) if power == 1 else (d2 * d if power == 3 else d2 * d2)
+                    a2[t] = d2 if first else a2[t] + d2
+                    ap[t] = p if first else ap[t] + p
+        for t in range(n_bars):
+            out[s, t, 0] = cnt[t]
+            out[s, t, 1] = s2[t]
+            out[s, t, 2] = sp[t]
+
+
+@numba.njit(**_JIT)
+def weighted_mean(x, first, n, out):
+    """Qlib's WMA (rolling.r_wma): sum of x * w over the window's valid slots, oldest first, w = 1 .. L for
+    the L rows of the (truncated) window, / (L (L + 1) / 2), / the count of valid slots."""
+    n_sym, n_bars = x.shape
+    acc, cnt = np.empty(n_bars), np.empty(n_bars)
+    for s in range(n_sym):
+        row, res = x[s], out[s]
+        for lag in range(n - 1, -1, -1):
+            first_slot = lag == n - 1
+            k = n - 1 - lag  # the slot's index in the window
+            for t in range(min(lag, n_bars)):
+                cnt[t] = 0.0 if first_slot else cnt[t]
+                acc[t] = 0.0 if first_slot else acc[t] + 0.0
+            if lag < n_bars:
+                src, a, c = row[: n_bars - lag], acc[lag:], cnt[lag:]
+                for t in range(n_bars - lag):
+                    end = t + lag
+                    length = float(min(max(end - first[s] + 1, 0), n))
+                    weight = (float(k) - (float(n) - length)) + 1.0
+                    v = src[t]
+                    ok = not math.isnan(v)
+                    term = v * weight if ok else 0.0
+                    c[t] = (1.0 if ok else 0.0) if first_slot else c[t] + (1.0 if ok else 0.0)
+                    a[t] = term if first_slot else a[t] + term
+        for t in range(n_bars):
+            length = float(min(max(t - first[s] + 1, 0), n))
+            res[t] = acc[t] / (length * (length + 1.0) / 2.0) / cnt[t]
+
+
+@numba.njit(**_JIT)
+def weighted_window(x, weight, out):
+    """smooth._ewm's windows: (sum of x * weight) / (sum of weight) over the valid slots of the len(weight)
+    bars ending at each bar, each sum oldest slot first (NaN slots and bars before the block add +0.0)."""
+    n_sym, n_bars = x.shape
+    n = weight.shape[0]
+    num, den = np.empty(n_bars), np.empty(n_bars)
+    for s in range(n_sym):
+        row = x[s]
+        for lag in range(n - 1, -1, -1):
+            first = lag == n - 1
+            w = weight[n - 1 - lag]
+            for t in range(min(lag, n_bars)):
+                num[t] = 0.0 if first else num[t] + 0.0
+                den[t] = 0.0 if first else den[t] + 0.0
+            if lag < n_bars:
+                src, a, b = row[: n_bars - lag], num[lag:], den[lag:]
+                for t in range(n_bars - lag):
+                    v = src[t]
+                    ok = not math.isnan(v)
+                    p = v * w if ok else 0.0
+                    q = w if ok else 0.0
+                    a[t] = p if first else a[t] + p
+                    b[t] = q if first else b[t] + q
+        for t in range(n_bars):
+            out[s, t] = num[t] / den[t]

@@ -20,6 +20,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -30,6 +31,7 @@ from ..progress import Progress, silenced
 from ..store import NewVersion, TailAppend, identity, lock, manifest as mf, reclaim, safefs, whole_store, writer as W
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
+from .pagecache import Recycler
 from .evaluate import evaluate
 from .nodes import Node, fields_of
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
@@ -103,10 +105,11 @@ def _sources(st: Store, plan: FeaturePlan) -> tuple[dict[str, int], list[str]]:
 
 
 def symbol_bytes(n_dates: int, plan: FeaturePlan) -> int:
-    """Working memory of one symbol's block: its outputs (float32 computed, float32 placed for writing) and the
-    live intermediates per bar: operands and what the pass keeps of them for other operators (window sums,
-    extremes, fits of each window length; measured about 250 float64 on Alpha158)."""
-    return max(1, n_dates) * (len(plan.fields) * 8 + 256 * 8)
+    """Working memory of one symbol's block: its outputs (float32; the stored layout is placed a few symbols at
+    a time, see ``placed``) and the live intermediates per bar: operands and what the pass keeps of them for
+    other operators (window sums, extremes, fits of each window length; about 250 float64 on Alpha158:
+    measured 2,605 bytes a symbol-day in all on the real panel, against 2,684 here)."""
+    return max(1, n_dates) * (len(plan.fields) * 4 + 256 * 8)
 
 
 def block_budget(avail: Available | None = None) -> int:
@@ -160,7 +163,7 @@ class Cross:
 
 def _block(st: Store, rows: slice, d0: int, exprs: dict[str, Node], index: dict[str, int], device: torch.device,
            extra: dict[str, torch.Tensor], dtype: torch.dtype = torch.float32,
-           threads: int | None = None) -> torch.Tensor:
+           threads: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     block = np.asarray(st.panel[rows, d0:])            # [rows, days, n_fields]: one read of the rows' bytes
     values = {name: torch.from_numpy(np.ascontiguousarray(block[:, :, k])).to(device)
               for name, k in index.items()}
@@ -169,18 +172,21 @@ def _block(st: Store, rows: slice, d0: int, exprs: dict[str, Node], index: dict[
         values = {"__none__": torch.full(block.shape[:2], float("nan"), device=device)}
     first, last = spans(st, d0)
     ev = evaluate(exprs, values, torch.from_numpy(first[rows]), torch.from_numpy(last[rows]), dtype=dtype,
-                  threads=threads)
+                  threads=threads, out=out)
     return ev.values.permute(2, 0, 1)                  # evaluate's own layout: no copy
 
 
 def evaluate_block(st: Store, rows: slice, d0: int, plan: FeaturePlan, index: dict[str, int],
-                   device: torch.device, cross: Cross | None = None, threads: int | None = None) -> np.ndarray:
+                   device: torch.device, cross: Cross | None = None, threads: int | None = None,
+                   out: torch.Tensor | None = None) -> np.ndarray:
     """Every field of ``plan`` for the symbol ``rows`` over calendar days ``d0 ..``, expression-major
     [fields, rows, days] float32, each at the day it describes (not yet shifted). A plan with cross-sectional
-    operators needs ``cross`` (cross_inputs) for the same ``d0``. threads: evaluate's."""
+    operators needs ``cross`` (cross_inputs) for the same ``d0``. threads: evaluate's. out: a buffer the
+    previous block's values were in, reused when large enough (a fresh one each block is fresh memory to
+    fault in: kernel time, most of all on a virtual machine)."""
     exprs = cross.exprs if cross is not None else {f.name: f.node for f in plan.fields}
     return _block(st, rows, d0, exprs, index, device, cross.values if cross is not None else {},
-                  threads=threads).cpu().numpy()
+                  threads=threads, out=out).cpu().numpy()
 
 
 def cross_inputs(st: Store, plan: FeaturePlan, index: dict[str, int], device: torch.device, rows: int,
@@ -215,6 +221,8 @@ def universe_digest(st: Store, name: str | None) -> str | None:
 
 # Symbols a step of the layout copy takes: [fields, 4, days] -> [4, days, fields] stays in the caches, where
 # a field at a time writes every symbol's row with a stride of a whole cell (2.6x slower on the real panel).
+# The step is also what the writer gets at a time: its pwrite and row checksums read the cells while they are
+# still cached, and one small buffer is reused instead of a second copy of the whole block (page faults).
 _PLACE_SYMBOLS = 4
 
 
@@ -229,22 +237,30 @@ def _runs(plan: FeaturePlan) -> list[tuple[int, int, int]]:
     return runs
 
 
-def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
-    """Stored cells ``u0 .. u1`` (calendar indices) as [rows, days, fields] from expression-major values
-    computed for days ``d0 ..``: a field that looks ``a`` bars ahead is stored at the day ``a`` bars after
-    the one it describes (NaN before that). A few symbols at a time, a run of fields at once: a blocked
-    transpose, no second full copy."""
+def placed(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan,
+           step: int = _PLACE_SYMBOLS) -> Iterator[tuple[int, np.ndarray]]:
+    """Stored cells ``u0 .. u1`` (calendar indices) from expression-major values computed for days ``d0 ..``,
+    ``step`` symbols at a time: (first row, cells [rows, days, fields]). A field that looks ``a`` bars ahead
+    is stored at the day ``a`` bars after the one it describes (NaN before that). A blocked transpose into one
+    buffer, reused: write (or copy) each piece before taking the next."""
     n_rows = vals.shape[1]
-    out = np.empty((n_rows, u1 - u0, vals.shape[0]), dtype=np.float32)
-    for k0, k1, ahead in _runs(plan):
-        lo = min(u1, max(u0, d0 + ahead))              # first cell whose described day was computed
-        out[:, : lo - u0, k0:k1] = np.nan
-        if lo >= u1:
-            continue
-        src = vals[k0:k1, :, lo - ahead - d0: u1 - ahead - d0]
-        for r0 in range(0, n_rows, _PLACE_SYMBOLS):
-            r1 = min(n_rows, r0 + _PLACE_SYMBOLS)
-            out[r0:r1, lo - u0:, k0:k1] = src[:, r0:r1].transpose(1, 2, 0)
+    buf = np.empty((min(step, n_rows), u1 - u0, vals.shape[0]), dtype=np.float32)
+    runs = [(k0, k1, min(u1, max(u0, d0 + ahead)), ahead) for k0, k1, ahead in _runs(plan)]
+    for r0 in range(0, n_rows, step):
+        r1 = min(n_rows, r0 + step)
+        out = buf[: r1 - r0]
+        for k0, k1, lo, ahead in runs:             # lo: first cell whose described day was computed
+            out[:, : lo - u0, k0:k1] = np.nan
+            if lo < u1:
+                out[:, lo - u0:, k0:k1] = vals[k0:k1, r0:r1, lo - ahead - d0: u1 - ahead - d0].transpose(1, 2, 0)
+        yield r0, out
+
+
+def place_cells(vals: np.ndarray, d0: int, u0: int, u1: int, plan: FeaturePlan) -> np.ndarray:
+    """``placed``'s pieces as one array [rows, days, fields]."""
+    out = np.empty((vals.shape[1], u1 - u0, vals.shape[0]), dtype=np.float32)
+    for r0, cells in placed(vals, d0, u0, u1, plan):
+        out[r0: r0 + len(cells)] = cells
     return out
 
 
@@ -281,10 +297,15 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     with NewVersion(out, st.n_symbols, st.n_dates, len(plan.fields), capacity or st.date_capacity,
                     crash="features") as txn:
         cross = cross_inputs(st, plan, index, device, rows)
+        recycle = Recycler(txn.gen.fd, txn.gen.stride, st.n_symbols * st.n_dates * len(plan.fields) * 4)
+        buffer = torch.from_numpy(np.empty((len(plan.fields), min(rows, st.n_symbols), st.n_dates), np.float32)) \
+            if device.type == "cpu" else None         # every block's values: one allocation, not one a block
         for lo in range(0, st.n_symbols, rows):
             sl = slice(lo, min(lo + rows, st.n_symbols))
-            vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads)
-            txn.write(lo, place_cells(vals, 0, 0, st.n_dates, plan))
+            vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads, buffer)
+            for r0, cells in placed(vals, 0, 0, st.n_dates, plan):
+                txn.write(lo + r0, cells)
+            recycle.written(lo, sl.stop)
         m = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
                        last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=txn.created_at,
                        sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))
@@ -431,9 +452,9 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
                 for lo in range(r0, r1, rows):
                     sl = slice(lo, min(lo + rows, r1))
                     vals = evaluate_block(st, sl, start, plan, index, device, cross if r0 == 0 else None, threads)
-                    cells = place_cells(vals, start, u0, t_new, plan)
-                    txn.write(lo, cells, u0)
-                    bar.step(cells.shape[0])
+                    for r0, cells in placed(vals, start, u0, t_new, plan):
+                        txn.write(lo + r0, cells, u0)
+                        bar.step(cells.shape[0])
     finally:
         bar.close()
     new = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
@@ -444,4 +465,4 @@ def _write_tail(out: Path, m: dict, st: Store, plan: FeaturePlan, device: torch.
 
 
 __all__ = ["BLOCK_BYTES", "Cross", "FeatureReport", "block_rows", "compute_features", "cross_inputs",
-           "evaluate_block", "place_cells", "spans", "universe_digest", "update_features"]
+           "evaluate_block", "place_cells", "placed", "spans", "universe_digest", "update_features"]

@@ -161,3 +161,24 @@ def window_count(kern, v: Tensor, n: int) -> Tensor:
     out = _out(v)
     kern.window_count(_f64(v), n, out.numpy())
     return out
+
+
+def central_sums(kern, x: Tensor, n: int, power: int) -> Tensor:
+    """[S, T, 3]: rolling._central_sums (count, sum d^2, sum d^power or |d|), compiled."""
+    out = torch.empty((*x.shape, 3), dtype=torch.float64)
+    kern.central_sums(_f64(x), n, power, out.numpy())
+    return out
+
+
+def weighted_mean(kern, x: Tensor, first: Tensor, n: int) -> Tensor:
+    """rolling.r_wma, compiled."""
+    out = _out(x)
+    kern.weighted_mean(_f64(x), _array(first.to(torch.int64)), n, out.numpy())
+    return out
+
+
+def weighted_window(kern, x: Tensor, weight: Tensor) -> Tensor:
+    """smooth._ewm's weighted windows, compiled (the weights computed by the caller, in torch)."""
+    out = _out(x)
+    kern.weighted_window(_f64(x), _array(weight.to(torch.float64)), out.numpy())
+    return out

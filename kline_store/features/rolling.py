@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from . import kernels
-from .moments import wcount
+from .moments import oldest_first, wcount
 from .window import Span, rolling, shift, window_length
 
 _NAN = float("nan")
@@ -38,41 +38,43 @@ def _exact(x: Tensor) -> Tensor:
     return x if x.dtype in (torch.float32, torch.float64) else _f64(x)
 
 
-def _moments(w: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """valid mask, count and mean of the valid values of windows w [S, B, N]."""
-    valid = ~torch.isnan(w)
-    count = valid.sum(-1).to(w.dtype)
-    mean = torch.where(valid, w, 0).sum(-1) / count
-    return valid, count, mean
+def _central_sums(x: Tensor, n: int, span: Span, power: int) -> Tensor:
+    """[S, T, 3]: count, sum of d^2 and of d^3 (power 3), d^4 (4) or |d| (1) over each window's valid values,
+    d = x - the window's mean; every sum adds the window's slots oldest first (moments.oldest_first), the
+    order the compiled kernel keeps (a reduction's would depend on the CPU's vector width), and the powers are
+    products (d2 * d, d2 * d2), which any engine rounds alike."""
+    n = _n(n, span)
+    x = _f64(x)
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return kernels.central_sums(kern, x, n, power)
 
-
-def _central(w: Tensor, valid: Tensor, mean: Tensor) -> Tensor:
-    return torch.where(valid, w - mean[..., None], 0)
-
-
-def _apply(fn, x: Tensor, n: int, span: Span) -> Tensor:
-    return rolling(fn, [_f64(x)], _n(n, span), span)
+    def f(w, _age):
+        valid = ~torch.isnan(w)
+        count = valid.sum(-1).to(w.dtype)
+        mean = oldest_first(torch.where(valid, w, 0)) / count
+        d = torch.where(valid, w - mean[..., None], 0)
+        d2 = d * d
+        p = d.abs() if power == 1 else (d2 * d if power == 3 else d2 * d2)
+        return torch.stack((count, oldest_first(d2), oldest_first(p)), -1)
+    return rolling(f, [x], n, span)
 
 
 def r_skew(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid, count, mean = _moments(w)
-        d = _central(w, valid, mean)
-        b, c = d.square().sum(-1) / count, d.pow(3).sum(-1) / count
-        out = (count * (count - 1)).sqrt() * c / ((count - 2) * b.pow(1.5))
-        return torch.where((count >= 3) & (b > 1e-14), out, _NAN)  # pandas: variance <= 1e-14 is NaN
-    return _apply(f, x, n, span)
+    sums = _central_sums(x, n, span, 3)
+    count = sums[..., 0]
+    b, c = sums[..., 1] / count, sums[..., 2] / count
+    out = (count * (count - 1)).sqrt() * c / ((count - 2) * b.pow(1.5))
+    return torch.where((count >= 3) & (b > 1e-14), out, _NAN)  # pandas: variance <= 1e-14 is NaN
 
 
 def r_kurt(x: Tensor, n: int, span: Span) -> Tensor:
-    def f(w, _age):
-        valid, count, mean = _moments(w)
-        d = _central(w, valid, mean)
-        b, dd = d.square().sum(-1) / count, d.pow(4).sum(-1) / count
-        k = (count * count - 1) * dd / (b * b) - 3 * (count - 1).square()
-        out = k / ((count - 2) * (count - 3))
-        return torch.where((count >= 4) & (b > 1e-14), out, _NAN)
-    return _apply(f, x, n, span)
+    sums = _central_sums(x, n, span, 4)
+    count = sums[..., 0]
+    b, dd = sums[..., 1] / count, sums[..., 2] / count
+    k = (count * count - 1) * dd / (b * b) - 3 * (count - 1).square()
+    out = k / ((count - 2) * (count - 3))
+    return torch.where((count >= 4) & (b > 1e-14), out, _NAN)
 
 
 def r_quantile(x: Tensor, n: int, span: Span, q: float) -> Tensor:
@@ -114,10 +116,8 @@ def r_med(x: Tensor, n: int, span: Span) -> Tensor:
 
 def r_mad(x: Tensor, n: int, span: Span) -> Tensor:
     """Qlib's mad: mean absolute deviation from the mean of the valid values."""
-    def f(w, _age):
-        valid, count, mean = _moments(w)
-        return _central(w, valid, mean).abs().sum(-1) / count
-    return _apply(f, x, n, span)
+    sums = _central_sums(x, n, span, 1)
+    return sums[..., 2] / sums[..., 0]
 
 
 def r_rank(x: Tensor, n: int, span: Span) -> Tensor:
@@ -169,15 +169,19 @@ def r_idxmin(x: Tensor, n: int, span: Span) -> Tensor:
 
 def r_wma(x: Tensor, n: int, span: Span) -> Tensor:
     """Qlib's weighted_mean: w = 1..L / sum(1..L) over the L rows of the (truncated) window, NaN rows keep
-    their weight slot, and the result is np.nanmean(w * x): divided by the count of valid rows."""
+    their weight slot, and the result is np.nanmean(w * x): divided by the count of valid rows. The weighted
+    values are added oldest slot first (as the compiled kernel does)."""
     n = _n(n, span)
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return kernels.weighted_mean(kern, x, span.first, n)
 
     def f(w, age):
         length = window_length(age, n).to(torch.float64)
         j = torch.arange(n, device=w.device, dtype=torch.float64)
         weight = j - (n - length[..., None]) + 1  # 1 for the series' oldest row in the window
         valid = ~torch.isnan(w)
-        num = torch.where(valid, w * weight, 0).sum(-1) / (length * (length + 1) / 2)
+        num = oldest_first(torch.where(valid, w * weight, 0)) / (length * (length + 1) / 2)
         return num / valid.sum(-1)
     return rolling(f, [_f64(x)], n, span)
 

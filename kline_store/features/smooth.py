@@ -14,6 +14,8 @@ import math
 import torch
 from torch import Tensor
 
+from . import kernels
+from .moments import oldest_first
 from .window import Span, rolling, window_length
 
 _NAN = float("nan")
@@ -30,12 +32,15 @@ def _ffill(y: Tensor, valid: Tensor) -> Tensor:
 def _ewm(x: Tensor, alpha: float, span: Span) -> Tensor:
     decay = 1.0 - alpha
     k = 1 if decay <= 0 else min(span.n_bars, max(1, math.ceil(math.log(1e-17) / math.log(decay))))
+    j = torch.arange(k, device=x.device, dtype=torch.float64)
+    weight = torch.tensor(decay, dtype=torch.float64, device=x.device) ** (k - 1 - j)   # oldest slot first
+    kern = kernels.compiled_for(x)
+    if kern is not None:
+        return _ffill(kernels.weighted_window(kern, x, weight), ~torch.isnan(x))
 
-    def f(w, _age):
-        j = torch.arange(k, device=w.device, dtype=torch.float64)
-        weight = torch.tensor(decay, dtype=torch.float64, device=w.device) ** (k - 1 - j)
+    def f(w, _age):  # each window's sums add its slots oldest first, as the compiled kernel does
         valid = ~torch.isnan(w)
-        return torch.where(valid, w * weight, 0).sum(-1) / torch.where(valid, weight, 0).sum(-1)
+        return oldest_first(torch.where(valid, w * weight, 0)) / oldest_first(torch.where(valid, weight, 0))
     y = rolling(f, [x], k, span)
     return _ffill(y, ~torch.isnan(x))
 

@@ -5,6 +5,7 @@ refused in one line."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -129,6 +130,27 @@ def test_blocks_do_not_change_values(history, tmp_path):
     compute_features(base, tmp_path / "one", sets=[], exprs=SMALL, block_symbols=1)
     compute_features(base, tmp_path / "all", sets=[], exprs=SMALL)
     assert same(panel(tmp_path / "one"), panel(tmp_path / "all"))
+
+
+def test_a_store_written_out_of_the_page_cache_is_the_same(history, tmp_path, monkeypatch):
+    """The page-cache recycling of large stores (each block's pages sent to disk and dropped one block later)
+    writes the same cells and checksums as a store kept cached."""
+    from kline_store.features import pagecache
+    from kline_store.store import manifest as mf
+
+    _, frames = history
+    base = tmp_path / "base"
+    ingest([write_folder(tmp_path / "a", frames)], base)
+    compute_features(base, tmp_path / "cached", sets=[], exprs=SMALL, block_symbols=2)
+    calls, fadvise = [], os.posix_fadvise
+    monkeypatch.setattr(pagecache, "SHARE", 0.0)
+    monkeypatch.setattr(os, "posix_fadvise", lambda *a: calls.append(a[1:]) or fadvise(*a))
+    compute_features(base, tmp_path / "dropped", sets=[], exprs=SMALL, block_symbols=2)
+    dropped = [c for c in calls if c[-1] == os.POSIX_FADV_DONTNEED]
+    assert len(dropped) == -(-len(frames) // 2) - 1   # every block but the last, one block behind
+    assert same(panel(tmp_path / "cached"), panel(tmp_path / "dropped"))
+    a, b = (mf.read_manifest(tmp_path / n)["data"] for n in ("cached", "dropped"))
+    assert a["row_crc32"] == b["row_crc32"] and a["checksum"] == b["checksum"]
 
 
 def test_plan_errors_are_one_line():
@@ -271,3 +293,31 @@ def test_replaced_files_are_removed_off_the_critical_path(history, tmp_path):
     assert len(list((tmp_path / "f").glob("data-*"))) == 1
     assert len(list((tmp_path / "f" / "versions").iterdir())) <= 1
     assert same(panel(tmp_path / "f"), first)
+
+
+@pytest.mark.parametrize("step", [1, 3, 4, 50])
+def test_placed_pieces_are_the_stored_layout(step):
+    """The blocked layout copy the writers take a few symbols at a time: each field at its own day (a field
+    looking ahead stored that many bars later, NaN before), every row and field, whatever the step and the
+    first day read (d0) or written (u0)."""
+    from kline_store.features.compute import place_cells, placed
+
+    plan = make_plan([], {"A": "$close", "B": "Ref($close, -1)", "C": "$open"}, label="Ref($close, -2)")
+    aheads = [f.lookahead for f in plan.fields]
+    rng = np.random.default_rng(step)
+    n_f, n_rows, d0, u0, u1 = len(plan.fields), 7, 3, 5, 12
+    vals = rng.normal(size=(n_f, n_rows, u1 - d0)).astype(np.float32)
+    want = np.full((n_rows, u1 - u0, n_f), np.nan, dtype=np.float32)
+    for k, a in enumerate(aheads):
+        for u in range(u0, u1):
+            if u - a >= d0:
+                want[:, u - u0, k] = vals[k, :, u - a - d0]
+    got = np.full_like(want, 7.0)
+    rows_seen = []
+    for r0, cells in placed(vals, d0, u0, u1, plan, step):
+        assert cells.shape[0] <= step and cells.flags.c_contiguous
+        got[r0: r0 + len(cells)] = cells
+        rows_seen += range(r0, r0 + len(cells))
+    assert rows_seen == list(range(n_rows))
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(place_cells(vals, d0, u0, u1, plan), want)

@@ -18,7 +18,7 @@ from kline_store.features.window import Span, mask
 pytestmark = pytest.mark.skipif(kernels._load() is False, reason="numba is not installed")
 
 SINGLE = ["Quantile", "Med", "Rank", "IdxMax", "IdxMin", "Max", "Min", "Mean", "Sum", "Std", "Var", "Count",
-          "Slope", "Rsquare", "Resi"]
+          "Slope", "Rsquare", "Resi", "Skew", "Kurt", "Mad", "WMA", "EMA"]
 PAIRED = ["Corr", "Cov"]
 SPECIAL = [0.0, -0.0, 1.0, 2.5, -3.0, 1e6, 1e-30, float("inf"), float("-inf")]
 
@@ -64,6 +64,8 @@ def test_compiled_equals_torch(monkeypatch, panel, other, op, n, q):
         args = [x, y.contiguous().to(x.dtype)]
     n = max(n, 1) if op == "Rank" and n == 0 else n
     params = (n, q) if op == "Quantile" else (n,)
+    if op == "EMA" and 0 < q < 1:
+        params = (q,)  # EMA's alpha form
     want = _run("torch", monkeypatch, op, args, params, first, last)
     got = _run("numba", monkeypatch, op, args, params, first, last)
     assert _same(want, got), (op, params, want, got)
@@ -110,3 +112,42 @@ def test_threads_give_the_same_values():
         assert torch.get_num_threads() == before
     with pytest.raises(InputError, match="threads"):
         evaluate(exprs, vals, first, last, threads=0)
+
+
+def test_the_garbage_collector_is_paused_during_a_pass_only():
+    """evaluate pauses Python's cyclic collector while its blocks run and leaves it as the caller had it."""
+    import gc
+
+    from kline_store.features import evaluate as ev
+
+    x = torch.rand(3, 30)
+    first, last = torch.zeros(3, dtype=torch.long), torch.full((3,), 29)
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            ev.evaluate({"A": "Mean($close, 5)"}, {"close": x}, first, last, threads=1)
+            assert gc.isenabled() is state
+            with ev._one_intra_op_thread():
+                assert not gc.isenabled()
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if was else gc.disable)()
+
+
+def test_evaluate_reuses_a_buffer_it_is_given():
+    """out=: the values land in the leading part of a large enough buffer (same values as without one); a
+    buffer of another shape or dtype is left alone."""
+    from kline_store.features.evaluate import evaluate
+
+    x = torch.rand(5, 40)
+    x[1, 3:9] = float("nan")
+    first, last = torch.zeros(5, dtype=torch.long), torch.full((5,), 39)
+    exprs = {"A": "Mean($close, 5)", "B": "Skew($close, 10)"}
+    want = evaluate(exprs, {"close": x}, first, last, threads=1).values
+    buf = torch.full((2, 8, 40), 7.0)
+    got = evaluate(exprs, {"close": x}, first, last, threads=1, out=buf).values
+    assert got.data_ptr() == buf.data_ptr() and _same(want, got)
+    small = torch.full((2, 4, 40), 7.0)
+    got = evaluate(exprs, {"close": x}, first, last, threads=1, out=small).values
+    assert got.data_ptr() != small.data_ptr() and _same(want, got) and bool((small == 7).all())
