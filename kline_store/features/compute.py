@@ -28,7 +28,8 @@ import torch
 from ..errors import InputError, StoreError
 from ..memory import Available, available, gib
 from ..progress import Progress, silenced
-from ..store import NewVersion, TailAppend, identity, lock, manifest as mf, reclaim, safefs, whole_store, writer as W
+from ..store import (NewVersion, TailAppend, clean_failed_write, clean_staging, identity, lock, manifest as mf, prepare,
+                     reclaim, safefs, whole_store)
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
 from .pagecache import Recycler
@@ -402,7 +403,7 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
         raise InputError(f"out={out!r}: expected a store directory path")
     out = Path(out)
     with silenced(quiet), lock.WriterLock(out, wait=wait) as held:
-        m = W.prepare(out)
+        m = prepare(out)
         if m is None:
             raise StoreError(f"{out}: no readable store here (its manifest is missing or damaged)")
         plan = plan_from_manifest(m, out / mf.MANIFEST)
@@ -425,9 +426,9 @@ def update_features(out: str | os.PathLike, device: str = "cpu", *, wait: float 
                 new, missing, bars = _write_tail(out, m, st, plan, dev, block_symbols, threads)
                 mode = "tail"
         except BaseException:
-            W.clean_failed_write(out, held, first=False)
+            clean_failed_write(out, held, first=False)
             raise
-        W.clean_staging(out)
+        clean_staging(out)
         reclaim.collect_in_background(out, new)
     return FeatureReport(out, mode, reason, st.n_symbols, st.n_dates, plan.names, bars, time.perf_counter() - t0,
                          str(dev), missing, new["version"], _readers(plan, missing))

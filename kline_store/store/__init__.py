@@ -14,9 +14,10 @@ writer.py and transaction.py (write side) never import this file.
 from __future__ import annotations
 
 from .snapshot import AUTO_VERIFY_BYTES, STAGING, Store, Verification, open_store, verify, verify_store
-from .writer import bar_extent, clean_staging, collect, create_store, default_capacity, gc, prepare, whole_store
+from .writer import (bar_extent, clean_failed_write, clean_staging, collect, create_store, default_capacity, gc, prepare,
+                     whole_store)
 from .transaction import NewVersion, TailAppend, edit_manifest
 
 __all__ = ["AUTO_VERIFY_BYTES", "STAGING", "NewVersion", "Store", "TailAppend", "Verification", "bar_extent",
-           "clean_staging", "collect", "create_store", "default_capacity", "edit_manifest", "gc", "open_store",
-           "prepare", "verify", "verify_store", "whole_store"]
+           "clean_failed_write", "clean_staging", "collect", "create_store", "default_capacity", "edit_manifest", "gc",
+           "open_store", "prepare", "verify", "verify_store", "whole_store"]
