@@ -32,7 +32,7 @@ from ..store import (NewVersion, TailAppend, clean_failed_write, clean_staging, 
                      reclaim, safefs, whole_store)
 from ..store.snapshot import Store, open_store
 from .cross_section import crossing, restrict
-from .pagecache import Recycler
+from .pagecache import DropBehind
 from .evaluate import evaluate
 from .nodes import Node, fields_of
 from .plan import FIELD_ALIASES, META_KEY, FeaturePlan, make_plan, plan_from_manifest
@@ -298,7 +298,7 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
     with NewVersion(out, st.n_symbols, st.n_dates, len(plan.fields), capacity or st.date_capacity,
                     crash="features") as txn:
         cross = cross_inputs(st, plan, index, device, rows)
-        recycle = Recycler(txn.gen.fd, txn.gen.stride, st.n_symbols * st.n_dates * len(plan.fields) * 4)
+        drop_behind = DropBehind(txn.gen.fd, txn.gen.stride, st.n_symbols * st.n_dates * len(plan.fields) * 4)
         buffer = torch.from_numpy(np.empty((len(plan.fields), min(rows, st.n_symbols), st.n_dates), np.float32)) \
             if device.type == "cpu" else None         # every block's values: one allocation, not one a block
         for lo in range(0, st.n_symbols, rows):
@@ -306,7 +306,7 @@ def _write_full(out: Path, st: Store, plan: FeaturePlan, device: torch.device, b
             vals = evaluate_block(st, sl, 0, plan, index, device, cross, threads, buffer)
             for r0, cells in placed(vals, 0, 0, st.n_dates, plan):
                 txn.write(lo + r0, cells)
-            recycle.written(lo, sl.stop)
+            drop_behind.written(lo, sl.stop)
         m = txn.commit(symbols=st.symbols, dates=st.dates, fields=plan.names, first_bar=st.first_bar,
                        last_bar=st.last_bar, n_bars=st.manifest["n_bars"], created_at=txn.created_at,
                        sources=[source_entry(st, "features_of")], extra=_extra(st, plan, store_id))

@@ -22,7 +22,7 @@ from ..store import safefs
 SHARE = 0.25   # of the memory available: a store larger than this is not kept in the page cache as written
 
 
-class Recycler:
+class DropBehind:
     """Tell it the rows each block wrote (``written``); it starts their writeback and drops the block before."""
 
     def __init__(self, fd: int | None, stride: int, nbytes: int) -> None:

@@ -232,17 +232,24 @@ def _lines(path: Path, limit: int) -> list[tuple[int, str]]:
     return [(i + 1, s.strip()) for i, s in enumerate(text.splitlines()) if s.strip()]
 
 
-def _day(text: str, path: Path, line: int) -> np.datetime64:
-    """``2020-01-02`` (or ``2020-01-02 00:00:00``) -> a day; a time of day other than midnight is an error."""
-    text = text.strip()
+def parse_day(text: str) -> tuple[np.datetime64, bool]:
+    """``2020-01-02`` (or ``2020-01-02 00:00:00``) -> (the day, whether a time of day other than midnight was
+    given); NaT when the text is not a date. The callers word the error for their file."""
     try:
-        stamp = np.datetime64(text.replace(" ", "T"), "s")
+        stamp = np.datetime64(text.strip().replace(" ", "T"), "s")
     except ValueError:
-        stamp = np.datetime64("NaT")
-    if np.isnat(stamp):
-        raise InputError(f"{path}: line {line}: {text[:40]!r} is not a date (YYYY-MM-DD)")
+        return np.datetime64("NaT", "D"), False
     day = stamp.astype("datetime64[D]")
-    if day != stamp:
+    return day, not np.isnat(stamp) and day != stamp
+
+
+def _day(text: str, path: Path, line: int) -> np.datetime64:
+    """A day of a Qlib text file; not a date, or a time of day other than midnight, is an error."""
+    text = text.strip()
+    day, timed = parse_day(text)
+    if np.isnat(day):
+        raise InputError(f"{path}: line {line}: {text[:40]!r} is not a date (YYYY-MM-DD)")
+    if timed:
         raise InputError(f"{path}: line {line}: {text!r} has a time of day; only day bars are read")
     return day
 

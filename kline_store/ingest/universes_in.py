@@ -166,14 +166,10 @@ def _days(col: Any, where: str, at: Any, what: str) -> list[np.datetime64 | None
             text = f"{text[:4]}-{text[4:6]}-{text[6:]}"
         elif text.endswith(".0") and len(text) == 10 and text[:8].isdigit():   # 20200102.0: a float column
             text = f"{text[:4]}-{text[4:6]}-{text[6:8]}"
-        try:
-            stamp = np.datetime64(text.replace(" ", "T"), "s")
-        except ValueError:
-            stamp = np.datetime64("NaT")
-        if np.isnat(stamp):
+        day, timed = qlib_format.parse_day(text)
+        if np.isnat(day):
             raise InputError(f"{where}: {at(i)}: {what} {text[:40]!r} is not a date (YYYY-MM-DD)")
-        day = stamp.astype("datetime64[D]")
-        if day != stamp:
+        if timed:
             raise InputError(f"{where}: {at(i)}: {what} {text[:40]!r} has a time of day; a span is whole days")
         out.append(day)
     return out
